@@ -1,0 +1,102 @@
+"""What `fabriclab topo show` reports about a fabric: counts, bandwidths, oversubscription, paths.
+
+- per-host bandwidth: sum of a host's NIC rates (min and max over hosts);
+- bisection bandwidth: the min cut (max flow) between the first and the second half of the hosts in
+  index order, which for the shipped builders separates whole leaves/pods;
+- oversubscription per tier: max over switches of (capacity towards hosts / capacity away from
+  hosts); a switch-switch link within one tier (a leaf mesh) counts as away from hosts;
+- hops and equal-cost paths between host pairs: min and max over all pairs (`fabric.routing`).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import networkx as nx
+
+from fabric.model import ROLE_TIER, Fabric
+from fabric.routing import PathTable
+
+
+@dataclass(frozen=True)
+class TopoSummary:
+    name: str
+    planes: int
+    hosts: int
+    switches: int
+    switches_by_role: dict[str, int]
+    links: int
+    nic_ports_per_host: int
+    host_bandwidth_gbps: float
+    total_host_bandwidth_gbps: float
+    bisection_bandwidth_gbps: float
+    bisection_ratio: float  # bisection / (half the hosts x their bandwidth); 1.0 = full bisection
+    oversubscription: dict[str, float]
+    hops_min: int
+    hops_max: int
+    ecmp_paths_min: int
+    ecmp_paths_max: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bisection_gbps(fab: Fabric) -> float:
+    """Min cut between hosts [0, n/2) and [n/2, n) (capacities in Gbit/s, links full duplex)."""
+    n = len(fab.hosts)
+    g = nx.DiGraph()
+    for link in fab.links:
+        g.add_edge(link.a.node, link.b.node, capacity=link.rate_gbps)
+        g.add_edge(link.b.node, link.a.node, capacity=link.rate_gbps)
+    for h in fab.hosts[: n // 2]:
+        g.add_edge("__src__", h.name)  # no capacity attribute = infinite
+    for h in fab.hosts[n // 2 :]:
+        g.add_edge(h.name, "__dst__")
+    value, _ = nx.maximum_flow(g, "__src__", "__dst__")
+    return float(value)
+
+
+def oversubscription(fab: Fabric) -> dict[str, float]:
+    """Tier name -> worst (max) downward/upward capacity ratio among its switches."""
+    tier_of = {s.name: ROLE_TIER[s.role] for s in fab.switches}
+    worst: dict[str, float] = {}
+    for sw in fab.switches:
+        down = up = 0.0
+        for adj in fab.adjacency[sw.name]:
+            if tier_of.get(adj.peer, 0) < tier_of[sw.name]:
+                down += adj.rate_gbps
+            else:
+                up += adj.rate_gbps
+        if up > 0 and down > 0:
+            worst[sw.role] = max(worst.get(sw.role, 0.0), down / up)
+    order = sorted(worst, key=lambda r: ROLE_TIER[r])
+    return {r: round(worst[r], 4) for r in order}
+
+
+def summarize(fab: Fabric, table: PathTable | None = None) -> TopoSummary:
+    table = table or PathTable(fab)
+    lo, hi = table.pair_range()
+    bw = [fab.host_bandwidth_gbps(h.name) for h in fab.hosts]
+    bis = bisection_gbps(fab)
+    half = len(fab.hosts) // 2
+    # The cut also bounds by the smaller side's own NIC bandwidth.
+    side = min(sum(bw[:half]), sum(bw[half:]))
+    return TopoSummary(
+        name=fab.name,
+        planes=len(fab.planes),
+        hosts=len(fab.hosts),
+        switches=len(fab.switches),
+        switches_by_role=dict(sorted(Counter(s.role for s in fab.switches).items(), key=lambda kv: ROLE_TIER[kv[0]])),
+        links=len(fab.links),
+        nic_ports_per_host=max(len(v) for v in fab.nics_of.values()),
+        host_bandwidth_gbps=min(bw),
+        total_host_bandwidth_gbps=sum(bw),
+        bisection_bandwidth_gbps=round(bis, 6),
+        bisection_ratio=round(bis / side, 4) if side else 0.0,
+        oversubscription=oversubscription(fab),
+        hops_min=lo.hops,
+        hops_max=hi.hops,
+        ecmp_paths_min=lo.paths,
+        ecmp_paths_max=hi.paths,
+    )

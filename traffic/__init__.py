@@ -1,0 +1,1 @@
+"""fabriclab's traffic package: trace parsers, collective schedules, replay and metrics (to come)."""
