@@ -327,6 +327,14 @@ class Emulation:
             raise EmulationError("the emulation is not running")
         return self.net.get(name)
 
+    def interactive(self) -> None:
+        """The Mininet CLI on the running fabric (returns when the user exits it)."""
+        from mininet.cli import CLI
+
+        if self.net is None:
+            raise EmulationError("the emulation is not running")
+        CLI(self.net)
+
     def connected(self) -> dict[str, bool]:
         """Switch name -> is it connected to its controller (from OVSDB)."""
         res = subprocess.run(

@@ -9,6 +9,7 @@ explicit YAML form and the controller loads that file.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import tempfile
@@ -21,7 +22,7 @@ from typing import Any
 from controller.core import ControllerCore
 from controller.process import ControllerProcess
 from fabric import topofile
-from fabric.emulation import Emulation, EmulationOptions, Leftovers
+from fabric.emulation import Emulation, EmulationOptions, Leftovers, check_options
 from fabric.errors import EmulationError
 from fabric.model import Fabric
 
@@ -65,7 +66,11 @@ class Lab:
         self._old_sigterm: Any = None
 
     def start(self) -> "Lab":
-        ControllerCore(self.fabric, self.mode)  # fail on a bad mode before building anything
+        # Refuse bad input before anything is built: routing mode, emulation options, privileges.
+        ControllerCore(self.fabric, self.mode)
+        check_options(self.fabric, self.opts)
+        if os.geteuid() != 0:
+            raise EmulationError("the emulation needs root (Mininet and Open vSwitch); run with sudo")
         self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
         try:
             self._start()

@@ -1,0 +1,50 @@
+"""The CLI as a user runs it: real processes, output read back."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, check=True):
+    res = subprocess.run([sys.executable, "-m", "fabric.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    if check:
+        assert res.returncode == 0, res.stderr
+    return res
+
+
+def test_topo_show_json_matches_hand_figures():
+    data = json.loads(run("topo", "show", "topologies/dual-plane-16.yaml", "--json").stdout)
+    assert data["hosts"] == 16 and data["switches"] == 12 and data["links"] == 48
+    assert data["host_bandwidth_gbps"] == 400 and data["bisection_bandwidth_gbps"] == 3200
+    assert (data["ecmp_paths_min"], data["ecmp_paths_max"]) == (2, 4)
+
+
+def test_topo_show_text_marks_differences():
+    out = run("topo", "show", "dual-plane-16", "pyramid-16").stdout
+    lines = {line.split("  ")[0]: line for line in out.splitlines()}
+    assert lines["bisection bandwidth (Gbit/s)"].endswith("*")
+    assert not lines["per-host bandwidth (Gbit/s)"].endswith("*")  # same 400G per host: a fair comparison
+    assert "3200" in lines["bisection bandwidth (Gbit/s)"] and "1600" in lines["bisection bandwidth (Gbit/s)"]
+
+
+def test_topo_check_ok_and_bad(tmp_path):
+    assert "ok: pyramid-1024: 1024 hosts" in run("topo", "check", "topologies/pyramid-1024.yaml").stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nbuilder: dual_plane\nparams: {hosts: 16, hosts_per_leaf: 5}\n")
+    res = run("topo", "check", str(bad), check=False)
+    assert res.returncode == 2
+    assert "bad.yaml" in res.stderr and "hosts (16) must be a multiple of hosts_per_leaf (5)" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_unsupported_option_is_refused_before_anything_is_built():
+    # the first link (leafA0 port 1 to spineA0) is a 400G uplink: x 10 Mbit/s per Gbit/s = 4000 Mbit/s,
+    # beyond what HTB emulates; refused (exit 2) before anything is built, no root needed
+    res = run("up", "dual-plane-16", "--mbps-per-gbps", "10", check=False)
+    assert res.returncode == 2
+    assert "link leafA0:1 -- spineA0:1" in res.stderr
+    assert "4000 Mbit/s is outside what HTB emulates faithfully" in res.stderr

@@ -1,0 +1,84 @@
+"""Hop counts and equal-cost path counts: hand counts, and an independent networkx count."""
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import pytest
+
+from fabric import topofile
+from fabric.builders import dual_plane, leaf_spine, pyramid
+from fabric.routing import PathTable
+
+
+@pytest.mark.parametrize("topo, src, dst, hops, paths", [
+    # dual-plane-16: 4 hosts per leaf, 2 spines per plane, 2 planes
+    ("dual-plane-16", "h0", "h1", 2, 2),    # same leaf: 1 path in each plane
+    ("dual-plane-16", "h0", "h4", 4, 4),    # other leaf: 2 spines x 2 planes
+    ("dual-plane-16", "h3", "h15", 4, 4),
+    # pyramid-16: ToR pairs per pod, 2 aggs per pod, 2 cores
+    ("pyramid-16", "h0", "h1", 2, 1),       # same ToR
+    ("pyramid-16", "h0", "h4", 4, 2),       # same pod: via agg0 or agg1
+    ("pyramid-16", "h0", "h8", 6, 8),       # other pod: 2 aggs x 2 cores x 2 aggs
+    # leaf-spine-16: 4 spines
+    ("leaf-spine-16", "h0", "h4", 4, 4),
+    ("leaf-spine-16", "h0", "h2", 2, 1),
+])
+def test_hand_counted_pairs(topo, src, dst, hops, paths):
+    stats = PathTable(topofile.load(topo)).pair(src, dst)
+    assert (stats.hops, stats.paths) == (hops, paths)
+
+
+def test_mesh_plane_has_one_direct_path_per_plane():
+    fab = dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh")
+    stats = PathTable(fab).pair("h0", "h7")
+    assert (stats.hops, stats.paths) == (3, 2)
+
+
+def _nx_count(fab, src, dst):
+    """Independent count: networkx shortest paths per plane on a graph where hosts don't transit."""
+    total, best = 0, None
+    for plane in fab.planes:
+        g = nx.Graph()
+        for link in fab.links:
+            nodes = (link.a.node, link.b.node)
+            planes = {fab.switch_by_name[n].plane for n in nodes if n in fab.switch_by_name}
+            if planes == {plane.name}:
+                g.add_edge(*nodes)
+        for h in fab.hosts:  # a host may only be an end point
+            if h.name not in (src, dst) and h.name in g:
+                g.remove_node(h.name)
+        if src in g and dst in g and nx.has_path(g, src, dst):
+            ps = list(nx.all_shortest_paths(g, src, dst))
+            total += len(ps)
+            best = len(ps[0]) - 1 if best is None else min(best, len(ps[0]) - 1)
+    return best, total
+
+
+@pytest.mark.parametrize("fab", [
+    dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=3),
+    dual_plane(hosts=6, hosts_per_leaf=2, plane_kind="mesh"),
+    pyramid(hosts=8, hosts_per_tor=2, tors_per_pod=2, aggs_per_pod=2, cores=3),
+    leaf_spine(hosts=6, hosts_per_leaf=2, spines=3),
+], ids=["dual-clos", "dual-mesh", "pyramid", "leaf-spine"])
+def test_all_pairs_match_networkx(fab):
+    table = PathTable(fab)
+    for a, b in itertools.permutations([h.name for h in fab.hosts], 2):
+        s = table.pair(a, b)
+        assert (s.hops, s.paths) == _nx_count(fab, a, b), (a, b)
+
+
+def test_pair_range_over_all_pairs():
+    lo, hi = PathTable(topofile.load("pyramid-16")).pair_range()
+    assert (lo.hops, hi.hops, lo.paths, hi.paths) == (2, 6, 1, 8)
+
+
+def test_next_ports_lead_only_along_shortest_paths():
+    fab = topofile.load("dual-plane-16")
+    table = PathTable(fab)
+    dest = fab.nic("h15", "A")  # on leafA3, port 6
+    assert table.next_ports("leafA3", dest) == (dest.switch_port,)
+    # from another leaf: both uplinks (ports 1, 2 go to spineA0, spineA1)
+    assert table.next_ports("leafA0", dest) == (1, 2)
+    # from a spine: exactly the one port towards leafA3 (spine port 4 = 4th leaf)
+    assert table.next_ports("spineA0", dest) == (4,)
