@@ -1,0 +1,59 @@
+"""`fabriclab up` as a user runs it (the README's main job), including interruption."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fabric import topofile
+from tests.emulation.test_fabrics import netns, ovs_bridges, root_links
+
+pytestmark = pytest.mark.emulation
+ROOT = Path(__file__).resolve().parents[2]
+FABRICLAB = [sys.executable, "-m", "fabric.cli"]
+
+
+def test_main_job_on_defaults():
+    res = subprocess.run(FABRICLAB + ["up", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["topology"] == "dual-plane-16" and data["ok"] is True
+    # 16 hosts -> 16 x 15 ordered pairs in each of the two planes, 3 pings each, none lost
+    assert data["reachability"] == {
+        p: {"pairs": 240, "pairs_ok": 240, "packets_lost": 0, "pings_per_pair": 3} for p in ("A", "B")}
+    assert data["teardown_clean"] is True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupted_run_tears_everything_down(sig):
+    fab = topofile.load("leaf-spine-16")
+    before = netns()
+    proc = subprocess.Popen(FABRICLAB + ["up", "leaf-spine-16", "--hold"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        lines = []
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            lines.append(line)
+            if "fabric is up" in line or not line:
+                break
+        assert "fabric is up" in lines[-1], "".join(lines)
+        assert {s.name for s in fab.switches} <= ovs_bridges()
+        os.kill(proc.pid, sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "teardown     clean" in out, out + err
+    names = {s.name for s in fab.switches}
+    assert not ovs_bridges() & names
+    assert not [l for l in root_links() if any(l.startswith(f"{n}-eth") for n in names)]
+    assert netns() == before

@@ -1,0 +1,119 @@
+"""The shipped 16-host fabrics as real packet networks: OVS switches, the os-ken controller, real pings
+and TCP. Needs root and Open vSwitch (scripts/setup.sh); in CI these must run, not skip."""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.core import COOKIE
+from fabric import topofile
+from fabric.emulation import EmulationOptions
+from fabric.lab import Lab
+
+pytestmark = pytest.mark.emulation
+
+ROOT = Path(__file__).resolve().parents[2]
+MBPS_PER_GBPS = 0.1
+
+
+def ovs_bridges() -> set[str]:
+    return set(subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True).stdout.split())
+
+
+def root_links() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return {line.split(": ")[1].split("@")[0] for line in out.splitlines()}
+
+
+def netns() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def assert_nothing_left(fab, pids, netns_before):
+    names = {s.name for s in fab.switches}
+    assert not ovs_bridges() & names, "OVS bridges left behind"
+    left = sorted(l for l in root_links() if l in names or any(l.startswith(f"{n}-eth") for n in names))
+    assert not left, f"interfaces left behind: {left[:5]}"
+    assert not [p for p in pids if alive(p)], "processes of the run still alive"
+    assert netns() == netns_before, "network namespaces changed"
+
+
+def cookie_flows(switch: str) -> tuple[int, int, int]:
+    """(all flows, flows with the controller's cookie, packets matched by those) from ovs-ofctl."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch],
+                         capture_output=True, text=True, check=True).stdout
+    flows = [l for l in out.splitlines() if "cookie=" in l]
+    ours = [l for l in flows if f"cookie={COOKIE:#x}" in l]
+    packets = sum(int(re.search(r"n_packets=(\d+)", l).group(1)) for l in ours)
+    return len(flows), len(ours), packets
+
+
+@pytest.mark.parametrize("topo", ["dual-plane-16", "pyramid-16", "leaf-spine-16"])
+def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
+    path = ROOT / "topologies" / f"{topo}.yaml"
+    fab = topofile.load(path)
+    # the emulated host link rate, from the file's own numbers: NIC Gbit/s x 0.1 Mbit/s per Gbit/s
+    nic_mbps = yaml.safe_load(path.read_text())["params"]["nic_rate_gbps"] * MBPS_PER_GBPS
+    netns_before = netns()
+    with Lab(fab, opts=EmulationOptions(mbps_per_gbps=MBPS_PER_GBPS)) as lab:
+        em = lab.emulation
+        pids = em.pids + [lab.controller.pid]
+        pings = em.ping_all(count=3)
+        # every ordered host pair, in every plane (a dual-plane host has an address in each)
+        expected = {(s, str(fab.nic(d, p.name).ip))
+                    for s, d in itertools.permutations([h.name for h in fab.hosts], 2) for p in fab.planes}
+        assert {(p.src, p.dst_ip) for p in pings} == expected
+        lost = [(p.src, p.dst_ip, p.sent - p.received) for p in pings if p.received != p.sent or p.sent != 3]
+        assert not lost, f"pings lost: {lost[:10]}"
+
+        # the packets went through the controller's flows: nothing else is installed, and the
+        # leaf/ToR flows matched at least every echo request and reply once (OVS pushes datapath
+        # statistics to OpenFlow counters lazily, so poll until a deadline)
+        edge = [s.name for s in fab.switches if s.role in ("leaf", "tor")]
+        for sw in fab.switches:
+            n_all, n_ours, _ = cookie_flows(sw.name)
+            assert n_all == n_ours > 0, sw.name
+        deadline = time.monotonic() + 10
+        while (total := sum(cookie_flows(n)[2] for n in edge)) < 2 * 3 * len(expected):
+            assert time.monotonic() < deadline, f"only {total} packets matched the controller's edge flows"
+            time.sleep(0.2)
+
+        # one TCP flow between hosts on different leaves runs at the emulated NIC rate (+-15%)
+        src, dst = fab.hosts[0].name, fab.hosts[-1].name
+        for plane in fab.planes:
+            mbps = em.iperf(src, dst, plane.name, seconds=4)
+            assert abs(mbps - nic_mbps) <= 0.15 * nic_mbps, f"{plane.name}: {mbps:.1f} vs {nic_mbps} Mbit/s"
+    assert_nothing_left(fab, pids, netns_before)
+
+
+def test_failure_during_bring_up_leaves_nothing(monkeypatch):
+    from fabric import emulation
+
+    def broken(self):
+        raise RuntimeError("injected failure while configuring hosts")
+
+    monkeypatch.setattr(emulation.Emulation, "_configure_hosts", broken)
+    fab = topofile.load("leaf-spine-16")
+    netns_before = netns()
+    lab = Lab(fab)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        lab.start()
+    pids = lab.emulation.pids if lab.emulation else []
+    assert lab.controller is not None and lab.controller.pid is not None
+    assert_nothing_left(fab, pids + [lab.controller.pid], netns_before)
+    assert not lab.run_dir.exists()
