@@ -1,4 +1,4 @@
-"""Run the controller: `python -m controller --topology FILE [--mode static] [--port 6653]`.
+"""Run the controller: `python -m controller --topology FILE [--mode adaptive] [--port 6653] [--rest-port 8080]`.
 
 os-ken 4 has no manager CLI, so the app is started in-process (native-thread hub).
 """
@@ -15,23 +15,41 @@ from fabric.routing import MODES
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m controller", description=__doc__)
     ap.add_argument("--topology", required=True, help="topology YAML file (the same one the emulator uses)")
-    ap.add_argument("--mode", default="static", choices=MODES)
+    ap.add_argument("--mode", default="adaptive", choices=MODES)
     ap.add_argument("--listen", default="127.0.0.1", help="OpenFlow listen address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
+    ap.add_argument("--rest-host", default="127.0.0.1", help="REST/metrics listen address (default 127.0.0.1)")
+    ap.add_argument("--rest-port", type=int, default=8080, help="REST/metrics port; 0 disables (default 8080)")
+    ap.add_argument("--poll-ms", type=float, default=10.0, help="port-statistics polling interval (default 10)")
+    ap.add_argument("--flow-poll-ms", type=float, default=50.0, help="ECMP flow-statistics interval (default 50)")
+    ap.add_argument("--hot-util", type=float, default=0.9, help="utilisation at which a link turns hot")
+    ap.add_argument("--cool-util", type=float, default=0.7, help="utilisation below which it cools again")
+    ap.add_argument("--hold-ms", type=float, default=200.0, help="hold-down after a congestion move")
+    ap.add_argument("--mbps-per-gbps", type=float, default=0.1,
+                    help="emulated Mbit/s per model Gbit/s, for link capacities (default 0.1; 1000 = real rates)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.poll_ms <= 0 or args.flow_poll_ms <= 0 or args.mbps_per_gbps <= 0:
+        ap.error("--poll-ms, --flow-poll-ms and --mbps-per-gbps must be > 0")
 
-    from fabric import topofile
-    from controller.app import configure
+    from controller.app import AppConfig, configure
     from controller.core import ControllerCore
+    from fabric import topofile
+    from fabric.routing import RouterConfig
 
     try:
-        core = ControllerCore(topofile.load(args.topology), mode=args.mode)
+        core = ControllerCore(
+            topofile.load(args.topology),
+            mode=args.mode,
+            config=RouterConfig(hot_util=args.hot_util, cool_util=args.cool_util, hold_s=args.hold_ms / 1000),
+            rate_scale=args.mbps_per_gbps * 1e6 / 1e9,
+        )
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)
         return 2
-    configure(core)
+    configure(AppConfig(core, poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
+                        rest_host=args.rest_host, rest_port=args.rest_port))
 
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
@@ -42,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         project="os_ken",
     )
     logging.getLogger("fabriclab.controller").info(
-        "fabric %r, mode %s, listening on %s:%d", core.fabric.name, args.mode, args.listen, args.port
+        "fabric %r, mode %s, OpenFlow on %s:%d, REST on %s:%d", core.fabric.name, args.mode, args.listen, args.port,
+        args.rest_host, args.rest_port,
     )
     AppManager.run_apps(["controller.app", "os_ken.controller.ofp_handler"])
     return 0

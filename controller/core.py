@@ -1,65 +1,380 @@
-"""The controller's pure core: which flows each switch needs, decided from the model alone.
+"""The controller's pure core: model + routing state + `now` in, OpenFlow intents out.
 
-Proactive and deterministic: when a switch connects, it gets one flow per destination NIC address
-in its plane (IPv4 by `ipv4_dst`, ARP by `arp_tpa`, so even a host that lost its static ARP entries
-resolves through the fabric without flooding). No MAC learning, no flooding, no table-miss entry:
-anything else is dropped. The next hop comes from `fabric.routing` under the selected mode.
+Pipeline installed on every switch (proactive; no flooding, no MAC learning, no table-miss entry):
+
+- table 0, one entry per destination NIC address in the switch's plane, for IPv4 (`ipv4_dst`) and
+  ARP (`arp_tpa`):
+  - the destination's own edge switch outputs to the host port;
+  - where there is one shortest next hop (or in `static` mode: the one deterministic choice),
+    output to it;
+  - at an ECMP decision point (`ecmp`/`adaptive`), IPv4 writes the destination edge switch's id
+    into `metadata` and continues in table 1; ARP goes to slot 0's next hop.
+- table 1 (decision points only): per destination edge switch and slot, TCP and UDP flows matching
+  the slot's source-port bits (`fabric.routing.entropy`) go to a fast-failover group whose first
+  bucket is the slot's next hop and whose other buckets are the remaining equal-cost ports, each
+  bucket watching its port (a dead local port is skipped in the data plane). Other IPv4 (ICMP...)
+  follows slot 0.
+
+Moves from the router (`fabric.routing.Router`) become changes to table-1 flows (`modify`, which
+keeps the flow's counters and loses no packet). Rates for the router are computed here from port
+and flow counters.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
 
 from fabric.errors import FabriclabError
 from fabric.model import Fabric
-from fabric.routing import MODES, PathTable, static_port
+from fabric.routing import MODES, PathTable, Router, RouterConfig, SlotMove, static_port
 
 #: Marks every flow this controller installs.
 COOKIE = 0xFAB1AB
-PRIORITY_HOST_ROUTE = 1000
+PRIORITY_ROUTE = 1000
+PRIORITY_SLOT = 1000
+PRIORITY_SLOT_OTHER = 900
+TABLE_ROUTE = 0
+TABLE_ECMP = 1
 
 ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
+
+Match = tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True)
+class Output:
+    port: int
+
+
+@dataclass(frozen=True)
+class ToGroup:
+    group_id: int
+
+
+@dataclass(frozen=True)
+class ToEcmp:
+    """Write `metadata` and go to the ECMP table."""
+
+    metadata: int
+
+
+Action = Output | ToGroup | ToEcmp
 
 
 @dataclass(frozen=True)
 class FlowIntent:
-    """Install (or replace) one flow: match fields -> output port."""
+    """Install (or replace) one flow: match fields -> action."""
 
     dpid: int
+    table: int
     priority: int
-    match: tuple[tuple[str, object], ...]
-    out_port: int
+    match: Match
+    action: Action
     cookie: int = COOKIE
 
+    @property
+    def key(self) -> tuple[int, int, frozenset[tuple[str, object]]]:
+        return (self.table, self.priority, frozenset(self.match))
 
+
+@dataclass(frozen=True)
+class GroupIntent:
+    """A fast-failover group: buckets output to `ports` in order, each watching its own port."""
+
+    dpid: int
+    group_id: int
+    ports: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What to send to one switch: groups first, then flows to add, modify and delete."""
+
+    dpid: int
+    groups_add: tuple[GroupIntent, ...] = ()
+    groups_modify: tuple[GroupIntent, ...] = ()
+    flows_add: tuple[FlowIntent, ...] = ()
+    flows_modify: tuple[FlowIntent, ...] = ()
+    flows_delete: tuple[FlowIntent, ...] = ()
+
+    def __len__(self) -> int:
+        return (len(self.groups_add) + len(self.groups_modify) + len(self.flows_add)
+                + len(self.flows_modify) + len(self.flows_delete))
+
+
+@dataclass(frozen=True)
+class RerouteEvent:
+    time: float
+    cause: str
+    switch: str
+    dest: str
+    slot: int
+    old_port: int
+    new_port: int
+    decision_us: float
+
+
+class CounterRates:
+    """Rates (per second) from monotonically increasing counters, per key."""
+
+    def __init__(self) -> None:
+        self._last: dict[object, tuple[float, float]] = {}
+
+    def update(self, key: object, value: float, now: float) -> float | None:
+        prev = self._last.get(key)
+        self._last[key] = (value, now)
+        if prev is None or now <= prev[1] or value < prev[0]:
+            return None
+        return (value - prev[0]) / (now - prev[1])
+
+
+@dataclass
 class ControllerCore:
-    """Holds the model and path tables; answers 'what does this switch need'."""
+    fabric: Fabric
+    mode: str = "static"
+    config: RouterConfig = field(default_factory=RouterConfig)
+    rate_scale: float = 1.0
+    event_log_size: int = 10000
 
-    def __init__(self, fabric: Fabric, mode: str = "static") -> None:
-        if mode not in MODES:
-            raise FabriclabError(f"routing mode {mode!r} is not supported (supported: {', '.join(MODES)})")
-        self.fabric = fabric
-        self.mode = mode
-        self.table = PathTable(fabric)
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise FabriclabError(f"routing mode {self.mode!r} is not supported (supported: {', '.join(MODES)})")
+        self.table = PathTable(self.fabric)
+        self.router = Router(self.table, self.mode, self.config, self.rate_scale)
+        self.dest_id = {d: i + 1 for i, d in enumerate(self.table.edge_switches)}
+        self.dest_by_id = {i: d for d, i in self.dest_id.items()}
+        self.multipath = self.mode != "static"
+        # switch -> (ecmp port set, primary port) -> group id
+        self.group_ids: dict[str, dict[tuple[tuple[int, ...], int], int]] = {}
+        if self.multipath:
+            for sw, dest in self.table.decisions:
+                ports = self.table.ecmp_ports(sw, dest)
+                ids = self.group_ids.setdefault(sw, {})
+                for p in ports:
+                    ids.setdefault((ports, p), 0)
+            for sw, ids in self.group_ids.items():
+                for i, key in enumerate(sorted(ids)):
+                    ids[key] = i + 1
+        self._decision_dests: dict[str, list[str]] = {}
+        if self.multipath:
+            for sw, dest in self.table.decisions:
+                self._decision_dests.setdefault(sw, []).append(dest)
+        self.port_rates = CounterRates()
+        self.slot_rates = CounterRates()
+        self.events: deque[RerouteEvent] = deque(maxlen=self.event_log_size)
+        self.reroutes: dict[str, int] = {"failure": 0, "recovery": 0, "congestion": 0}
+        self.decision_us: deque[float] = deque(maxlen=10000)
+        self.decision_observers: list[Callable[[float], None]] = []
+        self.port_up: dict[tuple[str, int], bool] = {}
+        self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx)
 
+    # ---- identity ------------------------------------------------------------------------------
     def switch_name(self, dpid: int) -> str | None:
         sw = self.fabric.switch_by_dpid.get(dpid)
         return sw.name if sw else None
 
-    def on_switch_connect(self, dpid: int) -> list[FlowIntent]:
-        """All flows for a switch that just connected (empty for a dpid not in the model)."""
-        sw = self.fabric.switch_by_dpid.get(dpid)
-        if sw is None:
-            return []
-        intents = []
+    def dpid(self, switch: str) -> int:
+        return self.fabric.switch_by_name[switch].dpid
+
+    # ---- the desired state ---------------------------------------------------------------------
+    def groups(self, switch: str) -> list[GroupIntent]:
+        dpid = self.dpid(switch)
+        return [GroupIntent(dpid, gid, (p,) + tuple(q for q in ports if q != p))
+                for (ports, p), gid in sorted(self.group_ids.get(switch, {}).items(), key=lambda kv: kv[1])]
+
+    def _group(self, switch: str, dest: str, port: int) -> ToGroup:
+        return ToGroup(self.group_ids[switch][(self.table.ecmp_ports(switch, dest), port)])
+
+    def slot_flows(self, switch: str, dest: str, slot: int, port: int) -> list[FlowIntent]:
+        """Table-1 flows for one slot at one decision point (slot 0 also carries non-TCP/UDP)."""
+        dpid = self.dpid(switch)
+        meta = self.dest_id[dest]
+        value, mask = self.router.entropy.match(self.router.tier(switch), slot)
+        action = self._group(switch, dest, port)
+        out = [
+            FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, (("metadata", meta), ("eth_type", ETH_TYPE_IPV4),
+                       ("ip_proto", IPPROTO_TCP), ("tcp_src", (value, mask))), action),
+            FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, (("metadata", meta), ("eth_type", ETH_TYPE_IPV4),
+                       ("ip_proto", IPPROTO_UDP), ("udp_src", (value, mask))), action),
+        ]
+        if slot == 0:
+            out.append(FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT_OTHER,
+                                  (("metadata", meta), ("eth_type", ETH_TYPE_IPV4)), action))
+        return out
+
+    def _arp_flow(self, dpid: int, ip: str, action: Action) -> FlowIntent:
+        return FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip)), action)
+
+    def flows(self, switch: str) -> list[FlowIntent]:
+        """Every flow `switch` should have now."""
+        sw = self.fabric.switch_by_name[switch]
+        dpid = sw.dpid
+        out: list[FlowIntent] = []
         for nic in self.fabric.nic_ports:
             if nic.plane != sw.plane:
                 continue
-            ports = self.table.next_ports(sw.name, nic)
+            ip = str(nic.ip)
+            ipv4 = (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip))
+            dest = nic.switch
+            if switch == dest:
+                out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, Output(nic.switch_port)))
+                out.append(self._arp_flow(dpid, ip, Output(nic.switch_port)))
+                continue
+            ports = self.table.ecmp_ports(switch, dest)
             if not ports:
                 continue
-            out = static_port(ports, self.fabric.host_by_name[nic.host].index)
-            ip = str(nic.ip)
-            intents.append(FlowIntent(dpid, PRIORITY_HOST_ROUTE, (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip)), out))
-            intents.append(FlowIntent(dpid, PRIORITY_HOST_ROUTE, (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip)), out))
-        return intents
+            if self.multipath and self.router.is_decision(switch, dest):
+                out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, ToEcmp(self.dest_id[dest])))
+                out.append(self._arp_flow(dpid, ip, self._group(switch, dest, self.router.slots[(switch, dest)][0])))
+            else:
+                port = static_port(ports, self.fabric.host_by_name[nic.host].index) if not self.multipath else ports[0]
+                out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, Output(port)))
+                out.append(self._arp_flow(dpid, ip, Output(port)))
+        for dest in self._decision_dests.get(switch, ()):
+            for slot, port in enumerate(self.router.slots[(switch, dest)]):
+                out.extend(self.slot_flows(switch, dest, slot, port))
+        return out
+
+    def on_switch_connect(self, dpid: int) -> Changes:
+        """Everything a switch with empty tables needs (nothing for a dpid not in the model)."""
+        return self.resync(dpid, {}, [])
+
+    def resync(self, dpid: int, groups: dict[int, tuple[int, ...]], flows: Iterable[FlowIntent]) -> Changes:
+        """Bring a switch from what it has (groups: id -> watched ports; our flows) to what it should
+        have, without wiping anything first: add what is missing, modify what differs, delete only
+        stale flows of ours."""
+        name = self.switch_name(dpid)
+        if name is None:
+            return Changes(dpid)
+        want_groups = self.groups(name)
+        g_add = tuple(g for g in want_groups if g.group_id not in groups)
+        g_mod = tuple(g for g in want_groups if g.group_id in groups and groups[g.group_id] != g.ports)
+        have = {f.key: f for f in flows}
+        want = {f.key: f for f in self.flows(name)}
+        f_add = tuple(f for k, f in want.items() if k not in have)
+        f_mod = tuple(f for k, f in want.items() if k in have and have[k].action != f.action)
+        f_del = tuple(f for k, f in have.items() if k not in want)
+        return Changes(dpid, g_add, g_mod, f_add, f_mod, f_del)
+
+    # ---- events --------------------------------------------------------------------------------
+    def _apply(self, moves: list[SlotMove], started: float, now: float) -> list[Changes]:
+        by_switch: dict[str, list[FlowIntent]] = {}
+        for m in moves:
+            by_switch.setdefault(m.switch, []).extend(self.slot_flows(m.switch, m.dest, m.slot, m.new_port))
+            if m.slot == 0:  # ARP for the destination's addresses follows slot 0
+                for nic in self.fabric.nic_ports:
+                    if nic.switch == m.dest:
+                        by_switch[m.switch].append(
+                            self._arp_flow(self.dpid(m.switch), str(nic.ip), self._group(m.switch, m.dest, m.new_port)))
+        changes = [Changes(self.dpid(sw), flows_modify=tuple(fl)) for sw, fl in sorted(by_switch.items())]
+        took_us = (time.perf_counter() - started) * 1e6
+        if moves:
+            self.decision_us.append(took_us)
+            for observe in self.decision_observers:
+                observe(took_us)
+        for m in moves:
+            self.reroutes[m.cause] += 1
+            self.events.append(RerouteEvent(now, m.cause, m.switch, m.dest, m.slot, m.old_port, m.new_port, took_us))
+        return changes
+
+    def on_port_status(self, dpid: int, port: int, up: bool, now: float) -> list[Changes]:
+        """A port's config or link state changed. Returns the changes for every switch affected."""
+        started = time.perf_counter()
+        name = self.switch_name(dpid)
+        if name is None or (name, port) not in self.router.capacity_bps:
+            return []
+        self.port_up[(name, port)] = up
+        moves = self.router.on_link_change(name, port, up, now)
+        return self._apply(moves, started, now)
+
+    def on_port_counters(self, dpid: int, tx_bytes: dict[int, int], now: float,
+                         rx_bytes: dict[int, int] | None = None) -> dict[tuple[str, int], float]:
+        """Fold one switch's port counters in; returns the egress rates (bytes/s) it gives."""
+        name = self.switch_name(dpid)
+        rates: dict[tuple[str, int], float] = {}
+        if name is None:
+            return rates
+        for port, value in tx_bytes.items():
+            self.port_bytes[(name, port)] = (value, (rx_bytes or {}).get(port, 0))
+            rate = self.port_rates.update((name, port), value, now)
+            if rate is not None:
+                rates[(name, port)] = rate
+        return rates
+
+    def slot_of(self, switch: str, flow: FlowIntent) -> tuple[str, str, int] | None:
+        """(switch, dest, slot) of a table-1 TCP/UDP flow, else None."""
+        match = dict(flow.match)
+        meta = match.get("metadata")
+        src = match.get("tcp_src", match.get("udp_src"))
+        if flow.table != TABLE_ECMP or not isinstance(meta, int) or not isinstance(src, tuple):
+            return None
+        dest = self.dest_by_id.get(meta)
+        if dest is None:
+            return None
+        shift, bits = self.router.entropy.field(self.router.tier(switch))
+        return (switch, dest, (src[0] >> (1 + shift)) & ((1 << bits) - 1))
+
+    def on_flow_counters(self, dpid: int, counters: list[tuple[FlowIntent, int]], now: float
+                         ) -> dict[tuple[str, str, int], float]:
+        """Fold one switch's table-1 flow byte counters in; returns per-slot rates (bytes/s)."""
+        name = self.switch_name(dpid)
+        rates: dict[tuple[str, str, int], float] = {}
+        if name is None:
+            return rates
+        for flow, n_bytes in counters:
+            slot = self.slot_of(name, flow)
+            if slot is None:
+                continue
+            rate = self.slot_rates.update(flow.key, n_bytes, now)
+            if rate is not None:
+                rates[slot] = rates.get(slot, 0.0) + rate
+        return rates
+
+    def on_loads(self, port_rates: dict[tuple[str, int], float], slot_rates: dict[tuple[str, str, int], float],
+                 now: float) -> list[Changes]:
+        """New load figures: the router may move slots off hot links."""
+        started = time.perf_counter()
+        moves = self.router.observe(port_rates, slot_rates, now)
+        return self._apply(moves, started, now)
+
+    # ---- state for the REST API ----------------------------------------------------------------
+    def paths(self, src: str, dst: str, src_port: int | None = None) -> list[dict[str, object]]:
+        """Current paths from host `src` to host `dst` in each shared plane: for a given source port
+        the single path it takes, otherwise every path any slot uses."""
+        out = []
+        for s_nic in self.fabric.nics_of[src]:
+            d_nics = [n for n in self.fabric.nics_of[dst] if n.plane == s_nic.plane]
+            if not d_nics:
+                continue
+            d_nic = d_nics[0]
+            ports = [src_port] if src_port is not None else self._representative_ports(s_nic.switch, d_nic.switch)
+            seen: list[list[str]] = []
+            for sp in ports:
+                hops = [src, s_nic.switch]
+                node = s_nic.switch
+                while node != d_nic.switch and len(hops) < 32:
+                    if not self.multipath:
+                        nxt = static_port(self.table.ecmp_ports(node, d_nic.switch),
+                                          self.fabric.host_by_name[dst].index)
+                    else:
+                        nxt = self.router.port_for(node, d_nic.switch, sp)
+                    node = self.table.peer(node, nxt)[0]
+                    hops.append(node)
+                hops.append(dst)
+                if hops not in seen:
+                    seen.append(hops)
+            out.append({"plane": s_nic.plane, "src_ip": str(s_nic.ip), "dst_ip": str(d_nic.ip), "paths": seen})
+        return out
+
+    def _representative_ports(self, src_sw: str, dst_sw: str) -> list[int]:
+        """One source port per combination of slots at the tiers that decide (bounded)."""
+        plan = self.router.entropy
+        combos: list[dict[int, int]] = [{}]
+        for tier in sorted(plan.fields):
+            combos = [{**c, tier: s} for c in combos for s in range(plan.slots(tier))][:256]
+        return [plan.src_port_for(c) for c in combos]

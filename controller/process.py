@@ -1,13 +1,16 @@
 """Start and stop the controller as a child process (by PID, never by name)."""
 from __future__ import annotations
 
+import json
 import os
+import urllib.request
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from fabric.errors import EmulationError
 
@@ -28,11 +31,14 @@ def _listening(port: int) -> bool:
 class ControllerProcess:
     """`python -m controller` for one topology file, logging to `log_path`."""
 
-    def __init__(self, topology: Path, log_path: Path, port: int | None = None, mode: str = "static") -> None:
+    def __init__(self, topology: Path, log_path: Path, port: int | None = None, mode: str = "adaptive",
+                 rest_port: int | None = None, extra_args: list[str] | None = None) -> None:
         self.topology = topology
         self.log_path = log_path
         self.port = port or free_port()
+        self.rest_port = rest_port or free_port()
         self.mode = mode
+        self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -43,6 +49,7 @@ class ControllerProcess:
         cmd = [
             sys.executable, "-m", "controller",
             "--topology", str(self.topology), "--mode", self.mode, "--port", str(self.port),
+            "--rest-port", str(self.rest_port), *self.extra_args,
         ]
         log = open(self.log_path, "ab")
         try:
@@ -52,7 +59,7 @@ class ControllerProcess:
         finally:
             log.close()
         deadline = time.monotonic() + timeout_s
-        while not _listening(self.port):
+        while not (_listening(self.port) and _listening(self.rest_port)):
             if self.proc.poll() is not None:
                 raise EmulationError(f"the controller exited with code {self.proc.returncode}:\n{self.log_tail()}")
             if time.monotonic() > deadline:
@@ -60,6 +67,11 @@ class ControllerProcess:
                 raise EmulationError(f"the controller did not listen on 127.0.0.1:{self.port} within {timeout_s:g} s")
             time.sleep(0.05)
         return self
+
+    def get(self, path: str, timeout_s: float = 5.0) -> Any:
+        """GET a JSON document from the controller's REST API."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.rest_port}{path}", timeout=timeout_s) as resp:
+            return json.load(resp)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

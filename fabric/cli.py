@@ -161,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring up fabric + controller, check reachability, print a summary, tear down")
     up.add_argument("topology", nargs="?", default=str(topofile.DEFAULT_TOPOLOGY),
                     help="topology file or shipped name (default: dual-plane-16)")
-    up.add_argument("--mode", default="static", choices=MODES, help="controller routing mode")
+    up.add_argument("--mode", default="adaptive", choices=MODES, help="controller routing mode (default adaptive)")
     up.add_argument("--mbps-per-gbps", type=float, default=0.1,
                     help="emulated Mbit/s per real Gbit/s (default 0.1: 200G -> 20 Mbit/s)")
     up.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])

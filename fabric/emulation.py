@@ -386,17 +386,21 @@ class Emulation:
         fab = self.fabric
         wanted = set(planes) if planes is not None else {p.name for p in fab.planes}
         nodes = []
-        for host in fab.hosts:
-            mine = {p.plane for p in fab.nics_of[host.name]}
-            targets = [str(o.ip) for o in fab.nic_ports if o.host != host.name and o.plane in mine & wanted]
-            if not targets:
-                continue
-            node = self.node(host.name)
-            node.sendCmd(f"fping -q -c {count} -p 20 -i 1 -t 500 {' '.join(targets)} 2>&1")
-            nodes.append((host.name, node))
-        out: list[PingPair] = []
-        for name, node in nodes:
-            out.extend(parse_fping(name, node.waitOutput()))
+        # Targets go in a file: a command line longer than 4 kB would be cut by the host's pty.
+        with tempfile.TemporaryDirectory(prefix="fabriclab-ping-") as tmp:
+            for host in fab.hosts:
+                mine = {p.plane for p in fab.nics_of[host.name]}
+                targets = [str(o.ip) for o in fab.nic_ports if o.host != host.name and o.plane in mine & wanted]
+                if not targets:
+                    continue
+                path = Path(tmp) / f"{host.name}.targets"
+                path.write_text("\n".join(targets) + "\n")
+                node = self.node(host.name)
+                node.sendCmd(f"fping -q -c {count} -p 20 -i 1 -t 500 -f {path} 2>&1")
+                nodes.append((host.name, node))
+            out: list[PingPair] = []
+            for name, node in nodes:
+                out.extend(parse_fping(name, node.waitOutput()))
         return out
 
     def iperf(self, src: str, dst: str, plane: str, seconds: float = 5.0, omit_s: float = 1.0) -> float:

@@ -1,43 +1,89 @@
-"""A small fake OpenFlow pipeline for unit tests, after Faucet's clib/fakeoftable.py.
+"""A small fake OpenFlow 1.3 pipeline for unit tests, after Faucet's clib/fakeoftable.py.
 
-It applies real OFPFlowMod messages (as the controller would send them) to per-switch tables and
-then forwards a packet hop by hop through the fabric's cabling, so tests can assert where packets
-go instead of which bytes were sent.
+It applies the real messages the controller would send (flow-mods and group-mods built by
+`controller.ofmsg`) to per-switch tables, keeps port liveness, and forwards a packet hop by hop
+through the fabric's cabling, so tests assert where packets go rather than which bytes were sent.
+
+Supported: tables 0 and 1, priorities, exact and masked matches, apply-actions output/group,
+write-metadata + goto-table, fast-failover groups (first bucket whose watch port is live).
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from controller import ofmsg
+from controller.core import Changes
 from fabric.model import Fabric
 
 
 @dataclass
-class FlowEntry:
+class Entry:
+    table: int
     priority: int
     match: dict[str, Any]
-    out_ports: list[int]
+    instructions: list[Any]
     cookie: int
+
+
+def _matches(match: dict[str, Any], packet: dict[str, Any]) -> bool:
+    for key, want in match.items():
+        if key not in packet:
+            return False
+        have = packet[key]
+        if isinstance(want, tuple):
+            value, mask = want
+            if key.startswith(("ipv4", "arp_")):
+                have, value, mask = (int(ipaddress.IPv4Address(x)) for x in (have, value, mask))
+            if have & mask != value & mask:
+                return False
+        elif have != want:
+            return False
+    return True
 
 
 @dataclass
 class FakeSwitch:
-    flows: list[FlowEntry] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
+    groups: dict[int, list[int]] = field(default_factory=dict)  # FF group -> watched ports in order
 
     def apply(self, msg: Any) -> None:
+        if isinstance(msg, parser.OFPGroupMod):
+            assert msg.type == ofp.OFPGT_FF
+            ports = [b.watch_port for b in msg.buckets]
+            for b in msg.buckets:
+                assert [a.port for a in b.actions] == [b.watch_port]
+            if msg.command == ofp.OFPGC_ADD:
+                assert msg.group_id not in self.groups, f"group {msg.group_id} exists"
+            elif msg.command == ofp.OFPGC_MODIFY:
+                assert msg.group_id in self.groups, f"group {msg.group_id} unknown"
+            self.groups[msg.group_id] = ports
+            return
+        if not isinstance(msg, parser.OFPFlowMod):
+            return
+        match = dict(msg.match.items())
+        same = [e for e in self.entries
+                if e.table == msg.table_id and e.priority == msg.priority and e.match == match]
         if msg.command == ofp.OFPFC_ADD:
-            match = dict(msg.match.items())
-            self.flows = [f for f in self.flows if not (f.priority == msg.priority and f.match == match)]
-            ports = [a.port for inst in msg.instructions for a in inst.actions]
-            self.flows.append(FlowEntry(msg.priority, match, ports, msg.cookie))
-        else:  # pragma: no cover - nothing else is produced yet
+            for e in same:
+                self.entries.remove(e)
+            self.entries.append(Entry(msg.table_id, msg.priority, match, list(msg.instructions), msg.cookie))
+        elif msg.command == ofp.OFPFC_MODIFY_STRICT:
+            for e in same:
+                e.instructions = list(msg.instructions)
+        elif msg.command == ofp.OFPFC_DELETE_STRICT:
+            for e in same:
+                self.entries.remove(e)
+        else:  # pragma: no cover
             raise NotImplementedError(f"flow-mod command {msg.command}")
 
-    def lookup(self, packet: dict[str, Any]) -> FlowEntry | None:
-        hits = [f for f in self.flows if all(packet.get(k) == v for k, v in f.match.items())]
-        return max(hits, key=lambda f: f.priority) if hits else None
+    def lookup(self, table: int, packet: dict[str, Any]) -> Entry | None:
+        hits = [e for e in self.entries if e.table == table and _matches(e.match, packet)]
+        return max(hits, key=lambda e: e.priority) if hits else None
 
 
 class FakeFabric:
@@ -45,30 +91,69 @@ class FakeFabric:
 
     def __init__(self, fabric: Fabric) -> None:
         self.fabric = fabric
-        self.switches = {s.dpid: FakeSwitch() for s in fabric.switches}
+        self.switches = {s.name: FakeSwitch() for s in fabric.switches}
         self.peer: dict[tuple[str, int], tuple[str, int]] = {}
         for link in fabric.links:
             self.peer[(link.a.node, link.a.port)] = (link.b.node, link.b.port)
             self.peer[(link.b.node, link.b.port)] = (link.a.node, link.a.port)
+        self.down: set[tuple[str, int]] = set()
 
-    def apply(self, dpid: int, msgs: list[Any]) -> None:
-        for m in msgs:
-            if m.__class__.__name__ == "OFPFlowMod":
-                self.switches[dpid].apply(m)
+    def apply(self, changes: Changes | list[Changes]) -> None:
+        for ch in changes if isinstance(changes, list) else [changes]:
+            sw = self.fabric.switch_by_dpid[ch.dpid].name
+            for msg in ofmsg.messages(ch):
+                self.switches[sw].apply(msg)
+
+    def set_link(self, node: str, port: int, up: bool) -> None:
+        """Both ends of the link at (node, port) go down or up."""
+        for end in ((node, port), self.peer[(node, port)]):
+            (self.down.discard if up else self.down.add)(end)
+
+    def _egress(self, switch: str, packet: dict[str, Any]) -> int | None:
+        sw = self.switches[switch]
+        table = 0
+        meta = None
+        for _ in range(4):
+            pkt = dict(packet, metadata=meta) if meta is not None else packet
+            entry = sw.lookup(table, pkt)
+            if entry is None:
+                return None
+            goto = None
+            for inst in entry.instructions:
+                if isinstance(inst, parser.OFPInstructionWriteMetadata):
+                    meta = inst.metadata
+                elif isinstance(inst, parser.OFPInstructionGotoTable):
+                    goto = inst.table_id
+                elif isinstance(inst, parser.OFPInstructionActions):
+                    (action,) = inst.actions
+                    if isinstance(action, parser.OFPActionOutput):
+                        return action.port
+                    live = [p for p in sw.groups[action.group_id] if (switch, p) not in self.down]
+                    return live[0] if live else None
+            if goto is None:
+                return None
+            table = goto
+        raise AssertionError("goto loop")
 
     def trace(self, src_host: str, src_nic: int, packet: dict[str, Any], max_hops: int = 16) -> list[str]:
-        """Nodes the packet visits after leaving `src_host` by NIC `src_nic`; ends at a host or a drop."""
-        node, port = self.peer[(src_host, src_nic)]
+        """Nodes the packet visits after leaving `src_host` by NIC `src_nic`: ends at a host, or
+        'DROP' (no flow, or sent into a dead link)."""
+        if (src_host, src_nic) in self.down:
+            return ["DROP"]
+        node, _ = self.peer[(src_host, src_nic)]
         path = []
         for _ in range(max_hops):
             path.append(node)
             if node in self.fabric.host_by_name:
                 return path
-            entry = self.switches[self.fabric.switch_by_name[node].dpid].lookup(packet)
-            if entry is None:
+            port = self._egress(node, packet)
+            if port is None or (node, port) in self.down:
                 path.append("DROP")
                 return path
-            assert len(entry.out_ports) == 1
-            node, port = self.peer[(node, entry.out_ports[0])]
+            node, _ = self.peer[(node, port)]
         path.append("LOOP")
         return path
+
+    def links_of(self, src_host: str, src_nic: int, path: list[str]) -> set[frozenset[str]]:
+        nodes = [src_host] + path
+        return {frozenset(pair) for pair in zip(nodes, nodes[1:])}

@@ -1,4 +1,4 @@
-"""The routing core: pure path tables over the model, and the routing modes' choices.
+"""Pure path tables over the model.
 
 Tables are precomputed once per fabric, per plane, per destination edge switch (every switch that
 has hosts): hop distance to it from every switch of the plane, the number of shortest paths, and the
@@ -6,8 +6,9 @@ set of next-hop ports that lie on a shortest path. Hosts never forward, so paths
 switches a host pair attaches to. A host pair's equal-cost paths are the sum over the planes both
 hosts are in (a dual-plane host can use either plane).
 
-Modes: `static` picks one deterministic shortest path per destination (destination index modulo the
-equal-cost next hops at every hop).
+Indexed for the decisions: `via(switch, dest, port)` is the set of directed links that paths leaving
+`switch` by `port` towards `dest` may cross, and `crossing(link)` inverts it ("which choices send
+traffic over this link" is a lookup).
 """
 from __future__ import annotations
 
@@ -17,9 +18,6 @@ from functools import cached_property
 
 from fabric.errors import TopologyError
 from fabric.model import Fabric, NicPort
-
-MODES = ("static",)
-
 
 @dataclass(frozen=True)
 class PairStats:
@@ -39,9 +37,19 @@ class PathTable:
         self._count: dict[str, dict[str, int]] = {}
         # (switch, dest switch) -> next-hop ports on shortest paths, ascending
         self._next: dict[tuple[str, str], tuple[int, ...]] = {}
-        edge = sorted({p.switch for p in fabric.nic_ports})
-        for dest in edge:
+        self.edge_switches: tuple[str, ...] = tuple(sorted({p.switch for p in fabric.nic_ports}))
+        # (switch, dest switch, port) -> directed links (switch, port) that shortest paths from
+        # `switch` leaving by `port` towards `dest` may cross, the first hop included
+        self._via: dict[tuple[str, str, int], frozenset[tuple[str, int]]] = {}
+        for dest in self.edge_switches:
             self._bfs(dest)
+            self._via_links(dest)
+        # directed link -> the (switch, dest, port) choices whose paths may cross it
+        crossing: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
+        for key, links in self._via.items():
+            for link in links:
+                crossing.setdefault(link, []).append(key)
+        self._crossing = {k: tuple(sorted(v)) for k, v in crossing.items()}
 
     def _bfs(self, dest: str) -> None:
         fab = self.fabric
@@ -68,12 +76,56 @@ class PathTable:
         self._dist[dest] = dist
         self._count[dest] = count
 
+    def _via_links(self, dest: str) -> None:
+        fab = self.fabric
+        dist = self._dist[dest]
+        reach: dict[str, frozenset[tuple[str, int]]] = {dest: frozenset()}
+        for s in sorted(dist, key=dist.__getitem__):
+            if s == dest:
+                continue
+            acc: set[tuple[str, int]] = set()
+            for port in self._next[(s, dest)]:
+                peer = self.peer(s, port)[0]
+                via = frozenset({(s, port)}) | reach[peer]
+                self._via[(s, dest, port)] = via
+                acc |= via
+            reach[s] = frozenset(acc)
+
+    @cached_property
+    def _peer(self) -> dict[tuple[str, int], tuple[str, int]]:
+        out = {}
+        for link in self.fabric.links:
+            out[(link.a.node, link.a.port)] = (link.b.node, link.b.port)
+            out[(link.b.node, link.b.port)] = (link.a.node, link.a.port)
+        return out
+
+    def peer(self, node: str, port: int) -> tuple[str, int]:
+        """The (node, port) at the other end of `node`'s `port`."""
+        return self._peer[(node, port)]
+
     # ---- queries -------------------------------------------------------------------------------
     def next_ports(self, switch: str, dest: NicPort) -> tuple[int, ...]:
         """Ports of `switch` that lie on a shortest path to NIC `dest` (empty if unreachable)."""
         if switch == dest.switch:
             return (dest.switch_port,)
         return self._next.get((switch, dest.switch), ())
+
+    def ecmp_ports(self, switch: str, dest_switch: str) -> tuple[int, ...]:
+        """Equal-cost next-hop ports from `switch` towards edge switch `dest_switch` (empty at dest)."""
+        return self._next.get((switch, dest_switch), ())
+
+    def via(self, switch: str, dest_switch: str, port: int) -> frozenset[tuple[str, int]]:
+        """Directed links that paths from `switch` by `port` towards `dest_switch` may cross."""
+        return self._via[(switch, dest_switch, port)]
+
+    def crossing(self, switch: str, port: int) -> tuple[tuple[str, str, int], ...]:
+        """The (switch, dest switch, port) choices whose paths may cross directed link (switch, port)."""
+        return self._crossing.get((switch, port), ())
+
+    @cached_property
+    def decisions(self) -> tuple[tuple[str, str], ...]:
+        """(switch, dest switch) pairs with more than one equal-cost next hop: the ECMP decision points."""
+        return tuple(sorted(k for k, ports in self._next.items() if len(ports) > 1))
 
     def switch_hops(self, src_switch: str, dst_switch: str) -> int | None:
         return self._dist[dst_switch].get(src_switch)
@@ -128,10 +180,3 @@ class PathTable:
         lo = PairStats(min(s.hops for s in stats), min(s.paths for s in stats))
         hi = PairStats(max(s.hops for s in stats), max(s.paths for s in stats))
         return lo, hi
-
-
-def static_port(ports: tuple[int, ...], dest_index: int) -> int:
-    """The `static` mode's choice among equal-cost next-hop ports: deterministic per destination."""
-    if not ports:
-        raise ValueError("no next-hop port to choose from")
-    return ports[dest_index % len(ports)]
