@@ -21,7 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rest-host", default="127.0.0.1", help="REST/metrics listen address (default 127.0.0.1)")
     ap.add_argument("--rest-port", type=int, default=8080, help="REST/metrics port; 0 disables (default 8080)")
     ap.add_argument("--poll-ms", type=float, default=10.0, help="port-statistics polling interval (default 10)")
-    ap.add_argument("--flow-poll-ms", type=float, default=50.0, help="ECMP flow-statistics interval (default 50)")
+    ap.add_argument("--flow-poll-ms", type=float, default=1000.0,
+                    help="background ECMP flow-statistics interval (default 1000)")
+    ap.add_argument("--hot-flow-poll-ms", type=float, default=20.0,
+                    help="flow-statistics interval at decision points upstream of a hot link (default 20)")
     ap.add_argument("--hot-util", type=float, default=0.9, help="utilisation at which a link turns hot")
     ap.add_argument("--cool-util", type=float, default=0.7, help="utilisation below which it cools again")
     ap.add_argument("--hold-ms", type=float, default=200.0, help="hold-down after a congestion move")
@@ -30,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if args.poll_ms <= 0 or args.flow_poll_ms <= 0 or args.mbps_per_gbps <= 0:
-        ap.error("--poll-ms, --flow-poll-ms and --mbps-per-gbps must be > 0")
+    if min(args.poll_ms, args.flow_poll_ms, args.hot_flow_poll_ms, args.mbps_per_gbps) <= 0:
+        ap.error("--poll-ms, --flow-poll-ms, --hot-flow-poll-ms and --mbps-per-gbps must be > 0")
 
     from controller.app import AppConfig, configure
     from controller.core import ControllerCore
@@ -49,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"controller: {e}", file=sys.stderr)
         return 2
     configure(AppConfig(core, poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
+                        hot_flow_poll_s=args.hot_flow_poll_ms / 1000,
                         rest_host=args.rest_host, rest_port=args.rest_port))
 
     from os_ken import cfg

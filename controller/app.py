@@ -34,8 +34,9 @@ LOG = logging.getLogger("fabriclab.controller")
 @dataclass(frozen=True)
 class AppConfig:
     core: ControllerCore
-    poll_s: float = 0.01
-    flow_poll_s: float = 0.05
+    poll_s: float = 0.01  # port statistics, every switch
+    flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
+    hot_flow_poll_s: float = 0.02  # ... and this often where a link is hot
     rest_host: str = "127.0.0.1"
     rest_port: int = 0  # 0: no REST/metrics server
 
@@ -89,6 +90,7 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
         self.barriers: dict[int, int] = {}  # dpid -> xid of the barrier that ends its resync
         self.slot_rates: dict[tuple[str, str, int], float] = {}
         self.connects: dict[int, int] = {}
+        self.last_flow_request: dict[int, float] = {}
         self.threads = [hub.spawn(self._poll_loop)]
         if self.cfg.rest_port:
             from controller.api import serve
@@ -169,14 +171,14 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
             sync.flows_done = not ev.msg.flags & ofp.OFPMPF_REPLY_MORE
             self._maybe_resync(dp)
             return
-        now = time.time()
         counters = []
         for stat in ev.msg.body:
             flow = ofmsg.flow_from_stats(dp.id, stat)
             if flow is not None:
-                counters.append((flow, stat.byte_count))
+                counters.append((flow, stat.byte_count, stat.duration_sec + stat.duration_nsec / 1e9))
         with self.lock:
-            self.slot_rates.update(self.core.on_flow_counters(dp.id, counters, now))
+            self.slot_rates.update(self.core.on_flow_counters(dp.id, counters))
+            self._send_changes(self.core.on_loads({}, self.slot_rates, time.time()))
 
     def _maybe_resync(self, dp: Any) -> None:
         sync = self.syncing[dp.id]
@@ -233,11 +235,16 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
     def port_stats_handler(self, ev: Any) -> None:
         now = time.time()
         msg = ev.msg
-        tx = {s.port_no: s.tx_bytes for s in msg.body if s.port_no <= ofp.OFPP_MAX}
-        rx = {s.port_no: s.rx_bytes for s in msg.body if s.port_no <= ofp.OFPP_MAX}
+        counters = {s.port_no: (s.tx_bytes, s.rx_bytes, s.duration_sec + s.duration_nsec / 1e9)
+                    for s in msg.body if s.port_no <= ofp.OFPP_MAX}
         with self.lock:
-            rates = self.core.on_port_counters(msg.datapath.id, tx, now, rx)
+            rates = self.core.on_port_counters(msg.datapath.id, counters)
             self._send_changes(self.core.on_loads(rates, self.slot_rates, now))
+            wanted = [self.dps[d] for d in self.core.flow_stats_wanted() if d in self.dps]
+        for dp in wanted:  # per-slot rates where a decision is due, at most every hot_flow_poll_s
+            if now - self.last_flow_request.get(dp.id, 0.0) >= self.cfg.hot_flow_poll_s:
+                self.last_flow_request[dp.id] = now
+                self._send(dp, [ofmsg.ecmp_flows_request()])
 
     def _poll_loop(self) -> None:
         last_flow_poll = 0.0
@@ -253,6 +260,7 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
                 try:
                     self._send(dp, [ofmsg.port_stats_request()])
                     if flows_now and dp.id in decide:
+                        self.last_flow_request[dp.id] = time.time()
                         self._send(dp, [ofmsg.ecmp_flows_request()])
                 except Exception:  # noqa: BLE001 - a switch going away mid-poll is not fatal
                     LOG.debug("poll of %016x failed", dp.id, exc_info=True)

@@ -8,12 +8,12 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
   - where there is one shortest next hop (or in `static` mode: the one deterministic choice),
     output to it;
   - at an ECMP decision point (`ecmp`/`adaptive`), IPv4 writes the destination edge switch's id
-    into `metadata` and continues in table 1; ARP goes to slot 0's next hop.
+    into `metadata` and continues in table 1 (ARP too).
 - table 1 (decision points only): per destination edge switch and slot, TCP and UDP flows matching
   the slot's source-port bits (`fabric.routing.entropy`) go to a fast-failover group whose first
   bucket is the slot's next hop and whose other buckets are the remaining equal-cost ports, each
-  bucket watching its port (a dead local port is skipped in the data plane). Other IPv4 (ICMP...)
-  follows slot 0.
+  bucket watching its port (a dead local port is skipped in the data plane). Everything else
+  towards that destination (ICMP, ARP) follows slot 0.
 
 Moves from the router (`fabric.routing.Router`) become changes to table-1 flows (`modify`, which
 keeps the flow's counters and loses no packet). Rates for the router are computed here from port
@@ -202,9 +202,8 @@ class ControllerCore:
             FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, (("metadata", meta), ("eth_type", ETH_TYPE_IPV4),
                        ("ip_proto", IPPROTO_UDP), ("udp_src", (value, mask))), action),
         ]
-        if slot == 0:
-            out.append(FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT_OTHER,
-                                  (("metadata", meta), ("eth_type", ETH_TYPE_IPV4)), action))
+        if slot == 0:  # everything else for this destination (ICMP, other IP, ARP) follows slot 0
+            out.append(FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT_OTHER, (("metadata", meta),), action))
         return out
 
     def _arp_flow(self, dpid: int, ip: str, action: Action) -> FlowIntent:
@@ -230,7 +229,7 @@ class ControllerCore:
                 continue
             if self.multipath and self.router.is_decision(switch, dest):
                 out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, ToEcmp(self.dest_id[dest])))
-                out.append(self._arp_flow(dpid, ip, self._group(switch, dest, self.router.slots[(switch, dest)][0])))
+                out.append(self._arp_flow(dpid, ip, ToEcmp(self.dest_id[dest])))
             else:
                 port = static_port(ports, self.fabric.host_by_name[nic.host].index) if not self.multipath else ports[0]
                 out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, Output(port)))
@@ -266,11 +265,6 @@ class ControllerCore:
         by_switch: dict[str, list[FlowIntent]] = {}
         for m in moves:
             by_switch.setdefault(m.switch, []).extend(self.slot_flows(m.switch, m.dest, m.slot, m.new_port))
-            if m.slot == 0:  # ARP for the destination's addresses follows slot 0
-                for nic in self.fabric.nic_ports:
-                    if nic.switch == m.dest:
-                        by_switch[m.switch].append(
-                            self._arp_flow(self.dpid(m.switch), str(nic.ip), self._group(m.switch, m.dest, m.new_port)))
         changes = [Changes(self.dpid(sw), flows_modify=tuple(fl)) for sw, fl in sorted(by_switch.items())]
         took_us = (time.perf_counter() - started) * 1e6
         if moves:
@@ -292,16 +286,18 @@ class ControllerCore:
         moves = self.router.on_link_change(name, port, up, now)
         return self._apply(moves, started, now)
 
-    def on_port_counters(self, dpid: int, tx_bytes: dict[int, int], now: float,
-                         rx_bytes: dict[int, int] | None = None) -> dict[tuple[str, int], float]:
-        """Fold one switch's port counters in; returns the egress rates (bytes/s) it gives."""
+    def on_port_counters(self, dpid: int, counters: dict[int, tuple[int, int, float]],
+                         ) -> dict[tuple[str, int], float]:
+        """Fold one switch's port counters in: port -> (tx bytes, rx bytes, the switch's own port
+        duration in s). Rates use the switch's clock, so replies that reach a busy controller late
+        or bunched up do not distort them. Returns the egress rates (bytes/s) this reply gives."""
         name = self.switch_name(dpid)
         rates: dict[tuple[str, int], float] = {}
         if name is None:
             return rates
-        for port, value in tx_bytes.items():
-            self.port_bytes[(name, port)] = (value, (rx_bytes or {}).get(port, 0))
-            rate = self.port_rates.update((name, port), value, now)
+        for port, (tx, rx, duration_s) in counters.items():
+            self.port_bytes[(name, port)] = (tx, rx)
+            rate = self.port_rates.update((name, port), tx, duration_s)
             if rate is not None:
                 rates[(name, port)] = rate
         return rates
@@ -319,18 +315,19 @@ class ControllerCore:
         shift, bits = self.router.entropy.field(self.router.tier(switch))
         return (switch, dest, (src[0] >> (1 + shift)) & ((1 << bits) - 1))
 
-    def on_flow_counters(self, dpid: int, counters: list[tuple[FlowIntent, int]], now: float
+    def on_flow_counters(self, dpid: int, counters: list[tuple[FlowIntent, int, float]]
                          ) -> dict[tuple[str, str, int], float]:
-        """Fold one switch's table-1 flow byte counters in; returns per-slot rates (bytes/s)."""
+        """Fold one switch's table-1 flow counters in: (flow, bytes, the flow's own duration in s).
+        Returns per-slot rates (bytes/s)."""
         name = self.switch_name(dpid)
         rates: dict[tuple[str, str, int], float] = {}
         if name is None:
             return rates
-        for flow, n_bytes in counters:
+        for flow, n_bytes, duration_s in counters:
             slot = self.slot_of(name, flow)
             if slot is None:
                 continue
-            rate = self.slot_rates.update(flow.key, n_bytes, now)
+            rate = self.slot_rates.update(flow.key, n_bytes, duration_s)
             if rate is not None:
                 rates[slot] = rates.get(slot, 0.0) + rate
         return rates
@@ -341,6 +338,14 @@ class ControllerCore:
         started = time.perf_counter()
         moves = self.router.observe(port_rates, slot_rates, now)
         return self._apply(moves, started, now)
+
+    def flow_stats_wanted(self) -> set[int]:
+        """Datapaths whose per-slot rates the router needs now: the decision points whose paths
+        cross a hot link (flow statistics are costly for a userspace switch, so they are asked
+        for on demand rather than polled fast everywhere)."""
+        r = self.router
+        return {self.dpid(sw) for link, load in r.loads.items() if load.hot
+                for sw, dest, _ in self.table.crossing(*link) if (sw, dest) in r.base}
 
     # ---- state for the REST API ----------------------------------------------------------------
     def paths(self, src: str, dst: str, src_port: int | None = None) -> list[dict[str, object]]:

@@ -2,6 +2,7 @@
 stats replies are read back into intents so a switch's tables can be compared with the core's."""
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
@@ -22,12 +23,21 @@ from controller.core import (
 ALL_BITS = 0xFFFFFFFFFFFFFFFF
 
 
+@functools.lru_cache(maxsize=65536)
 def _instructions(action: Action) -> list[Any]:
+    """Instructions for an action; shared between messages (never mutated)."""
     if isinstance(action, Output):
         return [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(action.port, 0)])]
     if isinstance(action, ToGroup):
         return [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionGroup(action.group_id)])]
     return [parser.OFPInstructionWriteMetadata(action.metadata, ALL_BITS), parser.OFPInstructionGotoTable(TABLE_ECMP)]
+
+
+@functools.lru_cache(maxsize=65536)
+def _match(fields: tuple[tuple[str, object], ...]) -> Any:
+    """OFPMatch objects are costly to build (field normalisation) and never mutated once built:
+    share one per distinct match."""
+    return parser.OFPMatch(**dict(fields))
 
 
 def flow_mod(intent: FlowIntent, command: int = ofp.OFPFC_ADD) -> Any:
@@ -42,7 +52,7 @@ def flow_mod(intent: FlowIntent, command: int = ofp.OFPFC_ADD) -> Any:
         priority=intent.priority,
         out_port=ofp.OFPP_ANY,
         out_group=ofp.OFPG_ANY,
-        match=parser.OFPMatch(**dict(intent.match)),
+        match=_match(intent.match),
         instructions=[] if command == ofp.OFPFC_DELETE_STRICT else _instructions(intent.action),
     )
 

@@ -54,12 +54,12 @@ def _positive(name: str, value: float) -> None:
         raise TopologyError(f"{name} must be > 0, got {value}")
 
 
-def _leaves_for(hosts: int, hosts_per_leaf: int) -> int:
+def _leaves_for(hosts: int, per_leaf: int, name: str = "hosts_per_leaf") -> int:
     _positive("hosts", hosts)
-    _positive("hosts_per_leaf", hosts_per_leaf)
-    if hosts % hosts_per_leaf:
-        raise TopologyError(f"hosts ({hosts}) must be a multiple of hosts_per_leaf ({hosts_per_leaf})")
-    return hosts // hosts_per_leaf
+    _positive(name, per_leaf)
+    if hosts % per_leaf:
+        raise TopologyError(f"hosts ({hosts}) must be a multiple of {name} ({per_leaf})")
+    return hosts // per_leaf
 
 
 def _planes(names: list[str]) -> tuple[Plane, ...]:
@@ -173,7 +173,7 @@ def pyramid(
     _positive("aggs_per_pod", aggs_per_pod)
     _positive("cores", cores)
     _positive("tors_per_pod", tors_per_pod)
-    tors = _leaves_for(hosts, hosts_per_tor)
+    tors = _leaves_for(hosts, hosts_per_tor, "hosts_per_tor")
     if tors % tors_per_pod:
         raise TopologyError(f"ToRs ({tors}) must be a multiple of tors_per_pod ({tors_per_pod})")
     pods = tors // tors_per_pod

@@ -269,7 +269,11 @@ class Emulation:
         with tempfile.TemporaryDirectory(prefix="fabriclab-arp-") as tmp:
             for host in self.fabric.hosts:
                 node = self.net.get(host.name)
-                cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1"]
+                # IPv6 off; no ICMP rate limit (the per-namespace default of a 50-message burst
+                # drops echo replies when every host pings every other one at once)
+                cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+                        "sysctl -qw net.ipv4.icmp_ratelimit=0 net.ipv4.icmp_msgs_per_sec=1000000 "
+                        "net.ipv4.icmp_msgs_burst=1000000 2>/dev/null; true"]
                 for nic in self.fabric.nics_of[host.name]:
                     cmds.append(f"ethtool -K {nic.intf} tx off rx off tso off gso off gro off 2>/dev/null")
                 path = Path(tmp) / f"{host.name}.arp"
@@ -327,6 +331,31 @@ class Emulation:
             raise EmulationError("the emulation is not running")
         return self.net.get(name)
 
+    def set_link(self, node: str, port: int, up: bool) -> float:
+        """Take the link at (`node`, `port`) down or up: both of its interfaces, switch ends first.
+        Returns the wall-clock time just before the first interface changed."""
+        peer = None
+        for link in self.fabric.links:
+            if (link.a.node, link.a.port) == (node, port):
+                peer = link.b
+            elif (link.b.node, link.b.port) == (node, port):
+                peer = link.a
+        if peer is None:
+            raise EmulationError(f"no link at {node} port {port}")
+        ends = sorted([(node, port), (peer.node, peer.port)], key=lambda e: e[0] in self.fabric.host_by_name)
+        state = "up" if up else "down"
+        t = time.time()
+        for n, p in ends:
+            if n in self.fabric.switch_by_name:
+                subprocess.run(["ip", "link", "set", "dev", switch_intf(n, p), state], check=True)
+            else:
+                self.node(n).cmd(f"ip link set dev {n}-eth{p} {state}")
+        return t
+
+    def popen(self, host: str, args: list[str], **kwargs: Any) -> Any:
+        """Start a process inside `host`'s network namespace (end it by its PID, via the handle)."""
+        return self.node(host).popen(args, **kwargs)
+
     def interactive(self) -> None:
         """The Mininet CLI on the running fabric (returns when the user exits it)."""
         from mininet.cli import CLI
@@ -334,43 +363,6 @@ class Emulation:
         if self.net is None:
             raise EmulationError("the emulation is not running")
         CLI(self.net)
-
-    def connected(self) -> dict[str, bool]:
-        """Switch name -> is it connected to its controller (from OVSDB)."""
-        res = subprocess.run(
-            ["ovs-vsctl", "--timeout=5", "--format=json", "--columns=_uuid,is_connected", "list", "Controller"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        state: dict[str, bool] = {s.name: False for s in self.fabric.switches}
-        if res.returncode != 0:
-            return state
-        uuid_ok = {}
-        for row in json.loads(res.stdout)["data"]:
-            uuid_ok[row[0][1]] = bool(row[1])
-        res = subprocess.run(
-            ["ovs-vsctl", "--timeout=5", "--format=json", "--columns=name,controller", "list", "Bridge"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        for name, ctrl in json.loads(res.stdout)["data"]:
-            if name not in state:
-                continue
-            uuids = [ctrl[1]] if ctrl[0] == "uuid" else [u[1] for u in ctrl[1]]
-            state[name] = bool(uuids) and all(uuid_ok.get(u, False) for u in uuids)
-        return state
-
-    def flow_count(self, switch: str) -> int:
-        res = subprocess.run(
-            ["ovs-ofctl", "-O", "OpenFlow13", "dump-aggregate", switch],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        m = re.search(r"flow_count=(\d+)", res.stdout)
-        return int(m.group(1)) if m else -1
 
     def wait_until(self, what: str, ready: Callable[[], bool], timeout_s: float) -> float:
         """Poll `ready()` until true; return seconds waited; raise EmulationError at the deadline."""
@@ -381,8 +373,10 @@ class Emulation:
             time.sleep(0.05)
         return time.monotonic() - t0
 
-    def ping_all(self, count: int = 3, planes: Iterable[str] | None = None) -> list[PingPair]:
-        """Every host pings every other host's NIC in each plane they share (fping, hosts in parallel)."""
+    def ping_all(self, count: int = 3, planes: Iterable[str] | None = None,
+                 only: set[tuple[str, str]] | None = None) -> list[PingPair]:
+        """Every host pings every other host's NIC in each plane they share (fping, hosts in parallel);
+        `only` restricts it to these (source host, destination address) pairs."""
         fab = self.fabric
         wanted = set(planes) if planes is not None else {p.name for p in fab.planes}
         nodes = []
@@ -390,42 +384,85 @@ class Emulation:
         with tempfile.TemporaryDirectory(prefix="fabriclab-ping-") as tmp:
             for host in fab.hosts:
                 mine = {p.plane for p in fab.nics_of[host.name]}
-                targets = [str(o.ip) for o in fab.nic_ports if o.host != host.name and o.plane in mine & wanted]
+                targets = [str(o.ip) for o in fab.nic_ports if o.host != host.name and o.plane in mine & wanted
+                           and (only is None or (host.name, str(o.ip)) in only)]
                 if not targets:
                     continue
                 path = Path(tmp) / f"{host.name}.targets"
                 path.write_text("\n".join(targets) + "\n")
                 node = self.node(host.name)
-                node.sendCmd(f"fping -q -c {count} -p 20 -i 1 -t 500 -f {path} 2>&1")
+                # pace every host so the whole fabric sends ~8k echo requests/s: the userspace
+                # datapath drops bursts far above that (measured: 64 hosts at 1 ms lost ~25%)
+                gap_ms = max(1, len(fab.hosts) // 8)
+                period_ms = max(20, gap_ms * len(targets))
+                node.sendCmd(f"fping -q -c {count} -p {period_ms} -i {gap_ms} -t 1000 -f {path} 2>&1")
                 nodes.append((host.name, node))
             out: list[PingPair] = []
             for name, node in nodes:
                 out.extend(parse_fping(name, node.waitOutput()))
         return out
 
-    def iperf(self, src: str, dst: str, plane: str, seconds: float = 5.0, omit_s: float = 1.0) -> float:
+    def iperf(self, src: str, dst: str, plane: str, seconds: float = 5.0, omit_s: float = 1.0,
+              cport: int | None = None) -> float:
         """One TCP flow src -> dst over `plane` with iperf3; returns received Mbit/s."""
+        return self.start_iperf(src, dst, plane, seconds, omit_s=omit_s, cport=cport).result().mbps
+
+    def start_iperf(self, src: str, dst: str, plane: str, seconds: float, omit_s: float = 0.0,
+                    cport: int | None = None, port: int = 5201, udp_mbps: float | None = None) -> "IperfRun":
+        """Start an iperf3 flow src -> dst over `plane` (TCP, or UDP at `udp_mbps`) from client port
+        `cport` (which fixes its ECMP path); call `.result()` for per-second and total figures."""
         s_nic: NicPort = self.fabric.nic(src, plane)
         d_nic: NicPort = self.fabric.nic(dst, plane)
-        server = self.node(dst).popen(["iperf3", "-s", "-1", "-B", str(d_nic.ip), "-p", "5201"])
+        server = self.node(dst).popen(["iperf3", "-s", "-1", "-B", str(d_nic.ip), "-p", str(port)])
+        deadline = time.monotonic() + 5
+        while f":{port} " not in self.node(dst).cmd(f"ss -ltnH 'sport = :{port}'"):
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                raise EmulationError(f"iperf3 server on {dst}:{port} did not start")
+            time.sleep(0.05)
+        cmd = ["iperf3", "-c", str(d_nic.ip), "-B", str(s_nic.ip), "-p", str(port), "-t", f"{seconds:g}",
+               "-O", f"{omit_s:g}", "-J", "-i", "0.5"]
+        if cport is not None:
+            cmd += ["--cport", str(cport)]
+        if udp_mbps is not None:
+            cmd += ["-u", "-b", f"{udp_mbps:g}M"]
+        client = self.node(src).popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return IperfRun(f"{src} -> {dst}", client, server)
+
+
+@dataclass
+class IperfResult:
+    mbps: float  # received, over the whole run (after the omitted start)
+    intervals: list[tuple[float, float]]  # (end time s, Mbit/s) per reporting interval
+
+
+class IperfRun:
+    def __init__(self, label: str, client: Any, server: Any) -> None:
+        self.label, self.client, self.server = label, client, server
+
+    def result(self, timeout_s: float = 120.0) -> IperfResult:
         try:
-            deadline = time.monotonic() + 5
-            while "5201" not in self.node(dst).cmd("ss -ltn"):
-                if time.monotonic() > deadline:
-                    raise EmulationError(f"iperf3 server on {dst} did not start")
-                time.sleep(0.05)
-            out = self.node(src).cmd(
-                f"iperf3 -c {d_nic.ip} -B {s_nic.ip} -p 5201 -t {seconds:g} -O {omit_s:g} -J"
-            )
-            try:
-                result = json.loads(out[out.index("{") :])
-                return float(result["end"]["sum_received"]["bits_per_second"]) / 1e6
-            except (ValueError, KeyError) as e:
-                raise EmulationError(f"iperf3 {src} -> {dst} gave no result: {out.strip()[-300:]}") from e
+            out, _ = self.client.communicate(timeout=timeout_s)
         finally:
-            if server.poll() is None:
-                server.terminate()
-            server.wait(timeout=5)
+            if self.server.poll() is None:
+                self.server.terminate()
+            self.server.wait(timeout=5)
+        text = out.decode(errors="replace") if isinstance(out, bytes) else out
+        try:
+            data = json.loads(text[text.index("{"):])
+            end = data["end"]
+            total = end.get("sum_received") or end["sum"]
+            intervals = [(float(i["sum"]["end"]), float(i["sum"]["bits_per_second"]) / 1e6)
+                         for i in data["intervals"] if not i["sum"].get("omitted")]
+            return IperfResult(float(total["bits_per_second"]) / 1e6, intervals)
+        except (ValueError, KeyError) as e:
+            raise EmulationError(f"iperf3 {self.label} gave no result: {text.strip()[-300:]}") from e
+
+    def stop(self) -> None:
+        for p in (self.client, self.server):
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=5)
 
 
 def _port_mac(dpid: int, port: int) -> str:

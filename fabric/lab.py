@@ -94,11 +94,12 @@ class Lab:
         t2 = time.monotonic()
         em = self.emulation
         try:
-            em.wait_until("all switches to connect to the controller", lambda: all(em.connected().values()),
-                          self.timeout_s)
-            t3 = time.monotonic()
             ctl = self.controller
             n = len(self.fabric.switches)
+            # the controller's own view: OVSDB's is_connected is only refreshed every few seconds
+            em.wait_until("all switches to connect to the controller",
+                          lambda: len(ctl.get("/api/status")["connected"]) == n, self.timeout_s)
+            t3 = time.monotonic()
             em.wait_until("the controller to synchronise every switch",
                           lambda: len(ctl.get("/api/status")["synced"]) == n, self.timeout_s)
             t4 = time.monotonic()

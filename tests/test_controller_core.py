@@ -188,13 +188,14 @@ def test_hot_link_sheds_its_heaviest_slot_to_the_least_loaded_alternative():
     cap = 400e9 / 8 * 1e-4
     dpid = fab.switch_by_name["leafA0"].dpid
     util = {1: 0.95, 2: 0.5, 3: 0.2, 4: 0.6}
-    core.on_port_counters(dpid, {p: 0 for p in util}, 0.0)
-    rates = core.on_port_counters(dpid, {p: int(u * cap * 0.1) for p, u in util.items()}, 0.1)
+    # counters as (tx bytes, rx bytes, the port's duration on the switch's clock)
+    core.on_port_counters(dpid, {p: (0, 0, 5.0) for p in util})
+    rates = core.on_port_counters(dpid, {p: (int(u * cap * 0.1), 0, 5.1) for p, u in util.items()})
     assert rates[("leafA0", 1)] == pytest.approx(0.95 * cap, rel=1e-6)
     slot_load = {0: 0.1, 4: 0.3, 8: 0.05}  # slot 4 is the heaviest on port 1
     flows = {s: core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in slot_load}
-    core.on_flow_counters(dpid, [(f, 0) for f in flows.values()], 0.0)
-    slots = core.on_flow_counters(dpid, [(flows[s], int(u * cap * 0.1)) for s, u in slot_load.items()], 0.1)
+    core.on_flow_counters(dpid, [(f, 0, 3.0) for f in flows.values()])
+    slots = core.on_flow_counters(dpid, [(flows[s], int(u * cap * 0.1), 3.1) for s, u in slot_load.items()])
     assert slots[("leafA0", "leafA3", 4)] == pytest.approx(0.3 * cap, rel=1e-6)
 
     ip = str(fab.nic("h12", "A").ip)

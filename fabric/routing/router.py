@@ -143,12 +143,13 @@ class Router:
         keys = {k for e in ends for k in self.table.crossing(*e)}
         dist = self.table.switch_hops
         affected: set[tuple[str, str]] = set()
-        for sw, dest, _ in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)):
-            if (sw, dest) in affected:
-                continue
-            affected.add((sw, dest))
-            alive = tuple(p for p in self.table.ecmp_ports(sw, dest) if self._port_alive(sw, dest, p))
-            self.alive[(sw, dest)] = alive
+        for sw, dest, port in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)):
+            alive = self.alive[(sw, dest)]
+            now_alive = self._port_alive(sw, dest, port)
+            if now_alive != (port in alive):
+                ports = set(alive) ^ {port}
+                self.alive[(sw, dest)] = tuple(p for p in self.table.ecmp_ports(sw, dest) if p in ports)
+                affected.add((sw, dest))
         # Liveness can also change upstream of a switch that lost all its ports: those upstream
         # choices are in `crossing` too (their `via` contains the link), so one pass suffices.
         if self.mode != "adaptive":

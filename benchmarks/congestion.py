@@ -1,0 +1,86 @@
+"""Congestion reaction of the adaptive controller (needs root and OVS).
+
+    sudo .venv/bin/python benchmarks/congestion.py [--trials 3]
+
+Fabric: dual-plane, 8 hosts, 2 per leaf, 2 spines per plane, leaf uplinks 2:1 oversubscribed (100G,
+10 Mbit/s emulated; host NICs 20 Mbit/s). Two TCP flows leafA0 -> leafA3 start together with source
+ports in slots 0 and 2, so both take uplink 1 (spineA0) and share its 10 Mbit/s. Measured per trial:
+- onset -> decision: flows start -> the controller's congestion move (its event log, wall clock);
+- decision -> first packet on the new path: -> leafA0's uplink 2 counter starts rising (polled with
+  ovs-ofctl every few ms);
+- aggregate throughput (iperf3) in the first second and over the last 4 s.
+Every trial runs on a fresh fabric with the same ecmp (`--baseline`) or adaptive controller.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+
+from fabric.builders import dual_plane
+from fabric.emulation import EmulationOptions
+from fabric.lab import Lab
+
+
+def uplink2_bytes() -> int:
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", "leafA0", "2"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.split("tx pkts=")[1].split("bytes=")[1].split(",")[0])
+
+
+def trial(mode: str, seconds: float) -> dict[str, float]:
+    fab = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, oversubscription=2.0)
+    with Lab(fab, mode=mode, opts=EmulationOptions(mbps_per_gbps=0.1)) as lab:
+        em = lab.emulation
+        base = uplink2_bytes()
+        t_start = time.time()
+        a = em.start_iperf("h0", "h6", "A", seconds=seconds, cport=49152, port=5201)
+        b = em.start_iperf("h1", "h7", "A", seconds=seconds, cport=49156, port=5202)
+        t_first = None
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if uplink2_bytes() - base > 3000:  # two full-size packets: the moved flow arrived
+                t_first = time.time()
+                break
+            time.sleep(0.002)
+        ra, rb = a.result(), b.result()
+        events = [e for e in lab.controller.get("/api/events") if e["cause"] == "congestion"]
+    agg = [ia[1] + ib[1] for ia, ib in zip(ra.intervals, rb.intervals)]
+    t_move = events[0]["time"] if events else float("nan")
+    return {
+        "onset_to_decision_ms": (t_move - t_start) * 1000,
+        "decision_to_new_path_ms": ((t_first or float("nan")) - t_move) * 1000,
+        "decision_us": events[0]["decision_us"] if events else float("nan"),
+        "agg_first_mbps": statistics.mean(agg[:2]),
+        "agg_last_mbps": statistics.mean(agg[-8:]),
+        "moves": len(events),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    results = {}
+    for mode in ("ecmp", "adaptive"):
+        results[mode] = [trial(mode, args.seconds) for _ in range(args.trials)]
+        print(f"done {mode}", file=sys.stderr)
+    keys = list(results["adaptive"][0])
+    print(f"two TCP flows on one 10 Mbit/s uplink (capacity with both uplinks: 20 Mbit/s); "
+          f"median of {args.trials} trials")
+    print(f"{'':<26}" + "".join(f"{m:>14}" for m in results))
+    for k in keys:
+        print(f"{k:<26}" + "".join(f"{statistics.median(r[k] for r in results[m]):>14.2f}" for m in results))
+    ad, ec = results["adaptive"], results["ecmp"]
+    print(f"throughput after / before (adaptive): "
+          f"{statistics.median(r['agg_last_mbps'] for r in ad) / statistics.median(r['agg_first_mbps'] for r in ad):.2f}x; "
+          f"adaptive / ecmp at the end: "
+          f"{statistics.median(r['agg_last_mbps'] for r in ad) / statistics.median(r['agg_last_mbps'] for r in ec):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
