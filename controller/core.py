@@ -164,6 +164,7 @@ class ControllerCore:
         if self.multipath:
             for sw, dest in self.table.decisions:
                 self._decision_dests.setdefault(sw, []).append(dest)
+        self._slot_flows: dict[tuple[str, str, int, int], tuple[FlowIntent, ...]] = {}
         self.port_rates = CounterRates()
         self.slot_rates = CounterRates()
         self.events: deque[RerouteEvent] = deque(maxlen=self.event_log_size)
@@ -190,8 +191,16 @@ class ControllerCore:
     def _group(self, switch: str, dest: str, port: int) -> ToGroup:
         return ToGroup(self.group_ids[switch][(self.table.ecmp_ports(switch, dest), port)])
 
-    def slot_flows(self, switch: str, dest: str, slot: int, port: int) -> list[FlowIntent]:
-        """Table-1 flows for one slot at one decision point (slot 0 also carries non-TCP/UDP)."""
+    def slot_flows(self, switch: str, dest: str, slot: int, port: int) -> tuple[FlowIntent, ...]:
+        """Table-1 flows for one slot at one decision point (slot 0 also carries non-TCP/UDP).
+        Intents are immutable, so they are built once per (switch, dest, slot, port) and reused."""
+        key = (switch, dest, slot, port)
+        cached = self._slot_flows.get(key)
+        if cached is None:
+            cached = self._slot_flows[key] = tuple(self._build_slot_flows(switch, dest, slot, port))
+        return cached
+
+    def _build_slot_flows(self, switch: str, dest: str, slot: int, port: int) -> list[FlowIntent]:
         dpid = self.dpid(switch)
         meta = self.dest_id[dest]
         value, mask = self.router.entropy.match(self.router.tier(switch), slot)

@@ -15,6 +15,7 @@ re-route in the simulator.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -172,10 +173,10 @@ class Router:
         current = self.slots[key]
         if not alive:
             return []  # unreachable from here in this plane: nothing better to do
-        if set(alive) == set(self.table.ecmp_ports(*key)):
+        if len(alive) == len(self.table.ecmp_ports(*key)):
             new = list(self.base[key])
         else:
-            new = _rebalance(current, alive)
+            new = list(_rebalance(tuple(current), alive))
         moves = [SlotMove(key[0], key[1], s, old, new[s], cause) for s, old in enumerate(current) if old != new[s]]
         self.slots[key] = new
         return moves
@@ -250,9 +251,11 @@ class Router:
         return move
 
 
-def _rebalance(current: list[int], alive: tuple[int, ...]) -> list[int]:
+@functools.lru_cache(maxsize=4096)
+def _rebalance(current: tuple[int, ...], alive: tuple[int, ...]) -> tuple[int, ...]:
     """Keep slots on live ports; give slots of dead ports to the least-used live ports; then even out
-    so no two live ports differ by more than one slot. Deterministic."""
+    so no two live ports differ by more than one slot. Deterministic, so cached: a failure puts many
+    decision points (every leaf, every destination) in the same situation."""
     new: list[int | None] = [p if p in alive else None for p in current]
     count = Counter({p: 0 for p in alive})
     count.update(p for p in new if p is not None)
@@ -270,4 +273,4 @@ def _rebalance(current: list[int], alive: tuple[int, ...]) -> list[int]:
         new[s] = lo
         count[hi] -= 1
         count[lo] += 1
-    return [int(p) for p in new if p is not None]
+    return tuple(int(p) for p in new if p is not None)
