@@ -7,12 +7,14 @@ Served on 127.0.0.1 by default, from a background thread of the controller proce
     GET /api/links                       every directed link: up/down, egress rate, utilisation, hot
     GET /api/paths?src=h0&dst=h5[&sport=N]  current paths between two hosts, per plane
     GET /api/events[?limit=N]            the reroute event log, newest last
+    POST /api/move {switch, dest, slot, port}  put one ECMP slot on a chosen next hop (planned move)
     GET /metrics                         Prometheus text format
 """
 from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Iterator
 
 from flask import Flask, abort, jsonify, request
@@ -21,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from werkzeug.serving import make_server
 
 from fabric import topofile
+from fabric.errors import FabriclabError
 
 if TYPE_CHECKING:
     from controller.app import FabricController
@@ -111,6 +114,21 @@ def create_app(ctl: FabricController) -> tuple[Flask, CollectorRegistry]:
         with ctl.lock:
             rows = [dataclasses.asdict(e) for e in list(core.events)[-limit:]]
         return jsonify(rows)
+
+    @api.post("/api/move")
+    def move() -> Any:
+        body = request.get_json(silent=True) or {}
+        try:
+            switch, dest, slot, port = str(body["switch"]), str(body["dest"]), int(body["slot"]), int(body["port"])
+        except (KeyError, TypeError, ValueError):
+            abort(400, description="give switch, dest (an edge switch), slot and port")
+        with ctl.lock:
+            try:
+                changes = core.on_manual_move(switch, dest, slot, port, time.time())
+            except FabriclabError as e:
+                abort(400, description=str(e))
+            ctl.send_changes(changes)
+        return jsonify({"moved": sum(len(c) for c in changes) > 0})
 
     @api.get("/metrics")
     def metrics() -> Any:

@@ -107,7 +107,7 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
             xids.append(msg.xid)
         return xids
 
-    def _send_changes(self, changes: list[Changes]) -> None:
+    def send_changes(self, changes: list[Changes]) -> None:
         for ch in changes:
             dp = self.dps.get(ch.dpid)
             if dp is not None and len(ch):
@@ -143,7 +143,7 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
             for port in ev.msg.body:
                 if port.port_no <= ofp.OFPP_MAX:
                     changes += self.core.on_port_status(dp.id, port.port_no, ofmsg.port_is_up(port), now)
-            self._send_changes(changes)
+            self.send_changes(changes)
             if ev.msg.flags & ofp.OFPMPF_REPLY_MORE:
                 return
         sync.xids.update(self._send(dp, [ofmsg.groups_request(), ofmsg.our_flows_request()]))
@@ -178,7 +178,7 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
                 counters.append((flow, stat.byte_count, stat.duration_sec + stat.duration_nsec / 1e9))
         with self.lock:
             self.slot_rates.update(self.core.on_flow_counters(dp.id, counters))
-            self._send_changes(self.core.on_loads({}, self.slot_rates, time.time()))
+            self.send_changes(self.core.on_loads({}, self.slot_rates, time.time()))
 
     def _maybe_resync(self, dp: Any) -> None:
         sync = self.syncing[dp.id]
@@ -228,7 +228,7 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
         msg = ev.msg
         up = msg.reason != ofp.OFPPR_DELETE and ofmsg.port_is_up(msg.desc)
         with self.lock:
-            self._send_changes(self.core.on_port_status(msg.datapath.id, msg.desc.port_no, up, now))
+            self.send_changes(self.core.on_port_status(msg.datapath.id, msg.desc.port_no, up, now))
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     @kill_on_exception
@@ -239,7 +239,7 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
                     for s in msg.body if s.port_no <= ofp.OFPP_MAX}
         with self.lock:
             rates = self.core.on_port_counters(msg.datapath.id, counters)
-            self._send_changes(self.core.on_loads(rates, self.slot_rates, now))
+            self.send_changes(self.core.on_loads(rates, self.slot_rates, now))
             wanted = [self.dps[d] for d in self.core.flow_stats_wanted() if d in self.dps]
         for dp in wanted:  # per-slot rates where a decision is due, at most every hot_flow_poll_s
             if now - self.last_flow_request.get(dp.id, 0.0) >= self.cfg.hot_flow_poll_s:

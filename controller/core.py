@@ -168,7 +168,7 @@ class ControllerCore:
         self.port_rates = CounterRates()
         self.slot_rates = CounterRates()
         self.events: deque[RerouteEvent] = deque(maxlen=self.event_log_size)
-        self.reroutes: dict[str, int] = {"failure": 0, "recovery": 0, "congestion": 0}
+        self.reroutes: dict[str, int] = {"failure": 0, "recovery": 0, "congestion": 0, "manual": 0}
         self.decision_us: deque[float] = deque(maxlen=10000)
         self.decision_observers: list[Callable[[float], None]] = []
         self.port_up: dict[tuple[str, int], bool] = {}
@@ -347,6 +347,14 @@ class ControllerCore:
         started = time.perf_counter()
         moves = self.router.observe(port_rates, slot_rates, now)
         return self._apply(moves, started, now)
+
+    def on_manual_move(self, switch: str, dest: str, slot: int, port: int, now: float) -> list[Changes]:
+        """An operator puts one slot on a chosen next hop (a planned, lossless move)."""
+        started = time.perf_counter()
+        if not self.multipath:
+            raise FabriclabError("slots can only be moved in the ecmp and adaptive modes")
+        move = self.router.move(switch, dest, slot, port)
+        return self._apply([move] if move else [], started, now)
 
     def flow_stats_wanted(self) -> set[int]:
         """Datapaths whose per-slot rates the router needs now: the decision points whose paths

@@ -306,3 +306,17 @@ def test_messages_serialise_to_openflow13_and_parse_back():
         watched.append(watch_port)
         off += blen
     assert watched == list(group.ports)
+
+
+def test_no_congestion_move_for_mice_or_onto_a_link_it_would_make_hot():
+    fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
+    cap = 400e9 / 8 * 1e-4
+    r = core.router
+    ports = {("leafA0", p): u * cap for p, u in {1: 0.95, 2: 0.85, 3: 0.85, 4: 0.85}.items()}
+    # slot 4 (0.3 of a link) would push any alternative to 1.15; slot 8 (0.03) is a mouse (< 0.05)
+    slots = {("leafA0", "leafA3", 4): 0.3 * cap, ("leafA0", "leafA3", 8): 0.03 * cap}
+    assert r.observe(ports, slots, 1.0) == []
+    r.loads.clear()
+    ports[("leafA0", 3)] = 0.5 * cap  # now spineA2 has room for slot 4: 0.5 + 0.3 = 0.8 < 0.9
+    (move,) = r.observe(ports, slots, 2.0)
+    assert (move.slot, move.old_port, move.new_port) == (4, 1, 3)

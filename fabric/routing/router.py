@@ -7,7 +7,8 @@ Modes:
   the data plane skips a dead local port (fast-failover buckets), the router itself never reacts.
 - `adaptive`: `ecmp`, plus fabric-wide failover (a link going down removes every choice, anywhere,
   whose paths all cross it; it coming back restores them) and congestion-aware moves (a hot link
-  sheds its heaviest slot to the least-loaded alternative that avoids it).
+  sheds its heaviest slot to the least-loaded alternative that avoids it and stays below hot; mice
+  below `min_move_share` of the link are not worth a move).
 
 Both reactions are lookups in the path table's precomputed `crossing`/`via` index, not graph
 searches. A move changes one slot's next hop at one switch: a flow-mod in the controller, a
@@ -41,6 +42,7 @@ class RouterConfig:
     cool_util: float = 0.7  # ... and stops being hot below this (hysteresis)
     hold_s: float = 0.2  # after a congestion move, leave that decision point alone this long
     ewma_alpha: float = 0.5  # weight of the newest rate sample
+    min_move_share: float = 0.05  # a slot carrying less than this share of the hot link is not worth moving
 
     def __post_init__(self) -> None:
         if not 0 < self.cool_util < self.hot_util:
@@ -56,7 +58,7 @@ class SlotMove:
     slot: int
     old_port: int
     new_port: int
-    cause: str  # "failure", "recovery" or "congestion"
+    cause: str  # "failure", "recovery", "congestion" or "manual"
 
 
 @dataclass
@@ -181,6 +183,25 @@ class Router:
         self.slots[key] = new
         return moves
 
+    # ---- operator moves ------------------------------------------------------------------------
+    def move(self, switch: str, dest: str, slot: int, port: int) -> SlotMove | None:
+        """Put one slot on a chosen live next hop (e.g. to drain a link before maintenance). Any mode
+        but `static`; a later failure, recovery or congestion decision may move it again."""
+        key = (switch, dest)
+        if key not in self.base:
+            raise FabriclabError(f"{switch} has no ECMP choice towards {dest} in mode {self.mode!r}")
+        slots = self.slots[key]
+        if not 0 <= slot < len(slots):
+            raise FabriclabError(f"slot {slot} out of range 0..{len(slots) - 1} at {switch}")
+        if port not in self.alive.get(key, ()):
+            raise FabriclabError(f"port {port} of {switch} is not a live next hop towards {dest} "
+                                 f"(live: {list(self.alive.get(key, ()))})")
+        if slots[slot] == port:
+            return None
+        move = SlotMove(switch, dest, slot, slots[slot], port, "manual")
+        slots[slot] = port
+        return move
+
     # ---- congestion ----------------------------------------------------------------------------
     def observe(
         self,
@@ -214,7 +235,7 @@ class Router:
     def _relieve(self, hot: Link, slot_rates: dict[tuple[str, str, int], float], now: float) -> SlotMove | None:
         """Move the heaviest slot whose traffic crosses `hot` to the alternative with the most room."""
         cfg = self.config
-        best: tuple[tuple[bool, float, float], SlotMove] | None = None
+        best: tuple[tuple[float, float], SlotMove] | None = None
         for sw, dest, port in self.table.crossing(*hot):
             key = (sw, dest)
             if key not in self.base or self.hold_until.get(key, -1.0) > now:
@@ -226,13 +247,14 @@ class Router:
                 rate = slot_rates.get((sw, dest, slot), 0.0)
                 if p != port or rate <= 0:
                     continue
+                if rate < cfg.min_move_share * self.capacity_bps[hot]:
+                    continue  # a mouse: moving it relieves nothing
                 for alt in alts:
                     after = max((self._rate(l) + rate) / self.capacity_bps[l] for l in self.table.via(sw, dest, alt))
-                    if after >= self.utilisation(hot):
-                        continue  # would not make things better than they are
-                    # prefer a move that leaves the alternative below hot, then the heaviest slot,
-                    # then the alternative with the most room
-                    score = (after < cfg.hot_util, rate, -after)
+                    if after >= cfg.hot_util:
+                        continue  # it would only make the alternative hot: no better, and it would flap
+                    # the heaviest slot that fits, onto the alternative with the most room
+                    score = (rate, -after)
                     if best is None or score > best[0]:
                         best = (score, SlotMove(sw, dest, slot, port, alt, "congestion"))
         if best is None:

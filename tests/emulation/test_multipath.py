@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 
@@ -167,3 +168,29 @@ def test_controller_restart_during_a_flow_loses_no_packet():
     resyncs = re.findall(r"resync sends (\d+) groups, (\d+)\+(\d+) flows, deletes (\d+) stale", log)
     assert len(resyncs) == 2 * len(fab.switches)
     assert all(r == ("0", "0", "0", "0") for r in resyncs[len(fab.switches):]), resyncs[len(fab.switches):]
+
+
+def test_planned_move_loses_no_packet():
+    # A probe in slot 0 (spineA0) is moved by the operator to uplink 2 (spineA1) mid-stream.
+    fab = topofile.load("dual-plane-16")
+    rate = 4000
+    with Lab(fab, mode="adaptive") as lab:
+        probe = Probe(lab, "h0", "h15", "A", sport_for_slot(0), rate=rate, seconds=5)
+        time.sleep(1.5)
+        s1 = port_tx("leafA0")
+        time.sleep(0.5)
+        s2 = port_tx("leafA0")
+        body = json.dumps({"switch": "leafA0", "dest": "leafA3", "slot": 0, "port": 2}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{lab.controller.rest_port}/api/move", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert json.load(resp) == {"moved": True}
+        time.sleep(1.0)
+        s3 = port_tx("leafA0")
+        time.sleep(0.5)
+        s4 = port_tx("leafA0")
+        res = probe.result()
+    half_second = rate * 0.5 * 64  # probe payload bytes in 0.5 s, a floor for "carries the probe"
+    assert s2[1] - s1[1] > half_second and s2[2] - s1[2] < half_second / 4  # before: spineA0 only
+    assert s4[2] - s3[2] > half_second and s4[1] - s3[1] < half_second / 4  # after: spineA1 only
+    assert res.expected == rate * 5 and res.lost == 0, res.lost_spans
