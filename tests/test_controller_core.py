@@ -320,3 +320,19 @@ def test_no_congestion_move_for_mice_or_onto_a_link_it_would_make_hot():
     ports[("leafA0", 3)] = 0.5 * cap  # now spineA2 has room for slot 4: 0.5 + 0.3 = 0.8 < 0.9
     (move,) = r.observe(ports, slots, 2.0)
     assert (move.slot, move.old_port, move.new_port) == (4, 1, 3)
+
+
+def test_source_port_fields_pick_every_tier_of_the_pyramid():
+    # Each tier with decisions reads its own 4-bit field of the source port (ToR bits 1-4, aggregation
+    # bits 5-8, core bits 9-12). In pyramid-16, h0 -> h8 crosses tor0 -> agg{0,1} -> core{0,1} ->
+    # agg{2,3} -> tor2: each choice is (field value mod 2) among the ports in order.
+    fab, core, fake = programmed("pyramid-16", "adaptive")
+    ip = str(fab.nic("h8", "A").ip)
+    seen = set()
+    for a, b, c in itertools.product(range(4), repeat=3):
+        sport = 32768 | (a << 1) | (b << 5) | (c << 9)
+        path = fake.trace("h0", 0, udp(ip, sport))
+        assert path == ["tor0", f"agg{a % 2}", f"core{b % 2}", f"agg{2 + c % 2}", "tor2", "h8"], (a, b, c, path)
+        assert core.router.entropy.src_port_for({1: a, 2: b, 3: c}) & 0x1FFE == sport & 0x1FFE
+        seen.add(tuple(path))
+    assert len(seen) == 8
