@@ -23,8 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-ms", type=float, default=10.0, help="port-statistics polling interval (default 10)")
     ap.add_argument("--flow-poll-ms", type=float, default=1000.0,
                     help="background ECMP flow-statistics interval (default 1000)")
-    ap.add_argument("--hot-flow-poll-ms", type=float, default=20.0,
-                    help="flow-statistics interval at decision points upstream of a hot link (default 20)")
+    ap.add_argument("--hot-flow-poll-ms", type=float, default=250.0,
+                    help="flow-statistics interval at decision points upstream of a hot link (default 250)")
+    ap.add_argument("--flow-window-ms", type=float, default=1000.0,
+                    help="shortest span for per-slot rates from flow counters (default 1000: OVS refreshes "
+                         "userspace flow counters only every few hundred ms)")
     ap.add_argument("--hot-util", type=float, default=0.9, help="utilisation at which a link turns hot")
     ap.add_argument("--cool-util", type=float, default=0.7, help="utilisation below which it cools again")
     ap.add_argument("--hold-ms", type=float, default=200.0, help="hold-down after a congestion move")
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             mode=args.mode,
             config=RouterConfig(hot_util=args.hot_util, cool_util=args.cool_util, hold_s=args.hold_ms / 1000),
             rate_scale=args.mbps_per_gbps * 1e6 / 1e9,
+            flow_window_s=args.flow_window_ms / 1000,
         )
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)

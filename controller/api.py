@@ -7,6 +7,7 @@ Served on 127.0.0.1 by default, from a background thread of the controller proce
     GET /api/links                       every directed link: up/down, egress rate, utilisation, hot
     GET /api/paths?src=h0&dst=h5[&sport=N]  current paths between two hosts, per plane
     GET /api/events[?limit=N]            the reroute event log, newest last
+    GET /api/slots?switch=leafA0         its ECMP slots per destination: next hop and measured rate
     POST /api/move {switch, dest, slot, port}  put one ECMP slot on a chosen next hop (planned move)
     GET /metrics                         Prometheus text format
 """
@@ -114,6 +115,17 @@ def create_app(ctl: FabricController) -> tuple[Flask, CollectorRegistry]:
         with ctl.lock:
             rows = [dataclasses.asdict(e) for e in list(core.events)[-limit:]]
         return jsonify(rows)
+
+    @api.get("/api/slots")
+    def slots() -> Any:
+        switch = request.args.get("switch", "")
+        if switch not in core.fabric.switch_by_name:
+            abort(400, description=f"no switch {switch!r} in fabric {core.fabric.name!r}")
+        with ctl.lock:
+            out = {dest: [{"slot": i, "port": port, "rate_bps": ctl.slot_rates.get((switch, dest, i), 0.0)}
+                          for i, port in enumerate(ports)]
+                   for (sw, dest), ports in sorted(core.router.slots.items()) if sw == switch}
+        return jsonify(out)
 
     @api.post("/api/move")
     def move() -> Any:

@@ -36,7 +36,7 @@ class AppConfig:
     core: ControllerCore
     poll_s: float = 0.01  # port statistics, every switch
     flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
-    hot_flow_poll_s: float = 0.02  # ... and this often where a link is hot
+    hot_flow_poll_s: float = 0.25  # ... and this often where a link is hot
     rest_host: str = "127.0.0.1"
     rest_port: int = 0  # 0: no REST/metrics server
 

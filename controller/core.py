@@ -120,17 +120,28 @@ class RerouteEvent:
 
 
 class CounterRates:
-    """Rates (per second) from monotonically increasing counters, per key."""
+    """Rates (per second) from monotonically increasing counters, per key, each over a window of at
+    least `min_window_s` (OVS refreshes flow counters of its userspace datapath only every few
+    hundred ms, so rates over shorter spans of flow counters are noise)."""
 
-    def __init__(self) -> None:
-        self._last: dict[object, tuple[float, float]] = {}
+    def __init__(self, min_window_s: float = 0.0) -> None:
+        self.min_window_s = min_window_s
+        self._hist: dict[object, deque[tuple[float, float]]] = {}
 
     def update(self, key: object, value: float, now: float) -> float | None:
-        prev = self._last.get(key)
-        self._last[key] = (value, now)
-        if prev is None or now <= prev[1] or value < prev[0]:
+        hist = self._hist.setdefault(key, deque())
+        if hist and value < hist[-1][0]:
+            hist.clear()  # the counter was reset: start over
+        if hist and now <= hist[-1][1]:
+            return None  # no time has passed on the switch's clock (OVS caches its clock per loop)
+        hist.append((value, now))
+        # keep the newest sample that is at least min_window_s old, and everything after it
+        while len(hist) > 2 and now - hist[1][1] >= self.min_window_s:
+            hist.popleft()
+        old_value, old_t = hist[0]
+        if len(hist) < 2 or now - old_t < self.min_window_s or now <= old_t:
             return None
-        return (value - prev[0]) / (now - prev[1])
+        return (value - old_value) / (now - old_t)
 
 
 @dataclass
@@ -140,6 +151,7 @@ class ControllerCore:
     config: RouterConfig = field(default_factory=RouterConfig)
     rate_scale: float = 1.0
     event_log_size: int = 10000
+    flow_window_s: float = 0.0  # shortest span over which flow (slot) counters give a rate
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -166,7 +178,7 @@ class ControllerCore:
                 self._decision_dests.setdefault(sw, []).append(dest)
         self._slot_flows: dict[tuple[str, str, int, int], tuple[FlowIntent, ...]] = {}
         self.port_rates = CounterRates()
-        self.slot_rates = CounterRates()
+        self.slot_rates = CounterRates(min_window_s=self.flow_window_s)
         self.events: deque[RerouteEvent] = deque(maxlen=self.event_log_size)
         self.reroutes: dict[str, int] = {"failure": 0, "recovery": 0, "congestion": 0, "manual": 0}
         self.decision_us: deque[float] = deque(maxlen=10000)
@@ -336,7 +348,7 @@ class ControllerCore:
             slot = self.slot_of(name, flow)
             if slot is None:
                 continue
-            rate = self.slot_rates.update(flow.key, n_bytes, duration_s)
+            rate = self.slot_rates.update((name, flow.key), n_bytes, duration_s)
             if rate is not None:
                 rates[slot] = rates.get(slot, 0.0) + rate
         return rates

@@ -108,6 +108,28 @@ def arp_batch(fabric: Fabric, host: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tc_batch(fabric: Fabric, opts: EmulationOptions, host: str | None) -> str:
+    """`tc -batch` input shaping the egress of `host`'s interfaces, or (host None) of every switch
+    port: HTB at the link's emulated rate, and netem under it when delay or loss is asked for."""
+    lines = []
+    for link in fabric.links:
+        for end in (link.a, link.b):
+            if host is None and end.node in fabric.switch_by_name:
+                dev = switch_intf(end.node, end.port)
+            elif host is not None and end.node == host:
+                dev = f"{host}-eth{end.port}"
+            else:
+                continue
+            mbps = link_mbps(link.rate_gbps, opts)
+            lines.append(f"qdisc replace dev {dev} root handle 5: htb default 1")
+            lines.append(f"class add dev {dev} parent 5: classid 5:1 htb rate {mbps:g}mbit burst 15k quantum 1514")
+            if opts.delay_us > 0 or opts.loss_pct > 0:
+                netem = f"delay {opts.delay_us:g}us " if opts.delay_us > 0 else ""
+                netem += f"loss {opts.loss_pct:g}%" if opts.loss_pct > 0 else ""
+                lines.append(f"qdisc add dev {dev} parent 5:1 handle 10: netem {netem.strip()}")
+    return "\n".join(lines) + "\n"
+
+
 def expected_names(fabric: Fabric) -> tuple[set[str], set[str]]:
     """(OVS bridge names, root-namespace interface names) that a run of this fabric creates."""
     bridges = {s.name for s in fabric.switches}
@@ -173,7 +195,7 @@ class Emulation:
             raise EmulationError("the emulation needs root (Mininet and Open vSwitch); run with sudo")
         check_options(self.fabric, self.opts)
         self.datapath = probe_datapath() if self.opts.datapath == "auto" else self.opts.datapath
-        from mininet.link import TCLink
+        from mininet.link import Link
         from mininet.log import setLogLevel
         from mininet.net import Mininet
         from mininet.node import OVSSwitch, RemoteController
@@ -195,7 +217,7 @@ class Emulation:
             topo=None,
             switch=switch_cls,
             controller=ctrl,
-            link=TCLink,
+            link=Link,
             ipBase="198.18.0.0/15",
             autoSetMacs=False,
             autoStaticArp=False,
@@ -208,6 +230,7 @@ class Emulation:
             missing = sorted({s.name for s in self.fabric.switches} - set(self._present(expected_names(self.fabric)[0], set()).bridges))
             if missing:
                 raise EmulationError(f"Open vSwitch did not create bridges {missing[:5]} (see ovs-vswitchd.log)")
+            self._configure_switch_ports()
             self._configure_hosts()
         except BaseException:
             self.stop()
@@ -224,18 +247,13 @@ class Emulation:
             )
 
     def _build(self) -> None:
-        fab, net, opts = self.fabric, self.net, self.opts
+        fab, net = self.fabric, self.net
         net.addController("c0")
         for sw in fab.switches:
             net.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
         for host in fab.hosts:
             net.addHost(host.name, ip=None)
         nic_at = {(p.host, p.nic): p for p in fab.nic_ports}
-        link_params: dict[str, Any] = {"txo": False, "rxo": False}
-        if opts.delay_us > 0:
-            link_params["delay"] = f"{opts.delay_us:g}us"
-        if opts.loss_pct > 0:
-            link_params["loss"] = opts.loss_pct
         for link in fab.links:
             ends = []
             for end in (link.a, link.b):
@@ -259,11 +277,23 @@ class Emulation:
                 addr2=mb,
                 params1=pa,
                 params2=pb,
-                bw=link_mbps(link.rate_gbps, opts),
-                **link_params,
             )
         net.build()
         self._pids = [n.pid for n in net.hosts + net.switches if getattr(n, "pid", None)]
+
+    def _configure_switch_ports(self) -> None:
+        """Shape every switch-side interface (root namespace) with one `tc -batch`; offloads off."""
+        intfs = [switch_intf(end.node, end.port) for link in self.fabric.links for end in (link.a, link.b)
+                 if end.node in self.fabric.switch_by_name]
+        with tempfile.NamedTemporaryFile("w", prefix="fabriclab-tc-", suffix=".batch") as f:
+            f.write(tc_batch(self.fabric, self.opts, None))
+            f.flush()
+            res = subprocess.run(["tc", "-batch", f.name], capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise EmulationError(f"shaping switch ports failed: {res.stderr.strip()[-300:]}")
+        for intf in intfs:
+            subprocess.run(["ethtool", "-K", intf, "tx", "off", "rx", "off", "tso", "off", "gso", "off",
+                            "gro", "off"], capture_output=True, check=False)
 
     def _configure_hosts(self) -> None:
         with tempfile.TemporaryDirectory(prefix="fabriclab-arp-") as tmp:
@@ -278,7 +308,9 @@ class Emulation:
                     cmds.append(f"ethtool -K {nic.intf} tx off rx off tso off gso off gro off 2>/dev/null")
                 path = Path(tmp) / f"{host.name}.arp"
                 path.write_text(arp_batch(self.fabric, host.name))
-                cmds.append(f"ip -batch {path}")
+                shaping = Path(tmp) / f"{host.name}.tc"
+                shaping.write_text(tc_batch(self.fabric, self.opts, host.name))
+                cmds.append(f"ip -batch {path} && tc -batch {shaping}")
                 out = node.cmd("; ".join(cmds) + "; echo rc=$?")
                 if "rc=0" not in out:
                     raise EmulationError(f"configuring host {host.name} failed: {out.strip()[-300:]}")

@@ -18,6 +18,7 @@ class _Ctl:
         self.synced = {s.dpid: 0.0 for s in core.fabric.switches}
         self.connects = {s.dpid: 1 for s in core.fabric.switches}
         self.sent = []
+        self.slot_rates = {}
 
     def send_changes(self, changes):
         self.sent.extend(changes)

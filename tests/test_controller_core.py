@@ -308,31 +308,49 @@ def test_messages_serialise_to_openflow13_and_parse_back():
     assert watched == list(group.ports)
 
 
-def test_no_congestion_move_for_mice_or_onto_a_link_it_would_make_hot():
+def test_congestion_moves_spread_elephants_and_leave_a_lone_elephant_alone():
     fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
     cap = 400e9 / 8 * 1e-4
     r = core.router
-    ports = {("leafA0", p): u * cap for p, u in {1: 0.95, 2: 0.85, 3: 0.85, 4: 0.85}.items()}
-    # slot 4 (0.3 of a link) would push any alternative to 1.15; slot 8 (0.03) is a mouse (< 0.05)
-    slots = {("leafA0", "leafA3", 4): 0.3 * cap, ("leafA0", "leafA3", 8): 0.03 * cap}
+    ports = {("leafA0", p): u * cap for p, u in {1: 1.0, 2: 0.9, 3: 0.2, 4: 0.9}.items()}
+    # towards leafA3, port 1 carries slots 0, 4, 8, 12; port 2 slots 1, 5, 9, 13; port 4 slots 3, 7, ...
+    # one elephant (slot 4) and a mouse (slot 8, 0.03 < 0.05) on port 1: nothing a move can fix
+    slots = {("leafA0", "leafA3", 4): 0.9 * cap, ("leafA0", "leafA3", 8): 0.03 * cap,
+             ("leafA0", "leafA3", 1): 0.9 * cap, ("leafA0", "leafA3", 3): 0.9 * cap}
     assert r.observe(ports, slots, 1.0) == []
-    r.loads.clear()
-    ports[("leafA0", 3)] = 0.5 * cap  # now spineA2 has room for slot 4: 0.5 + 0.3 = 0.8 < 0.9
+    # a second elephant (slot 0) joins port 1: one of the two moves to port 3 (spineA2), the only
+    # path without an elephant; ports 2 and 4 already have one each
+    slots[("leafA0", "leafA3", 0)] = 0.5 * cap
     (move,) = r.observe(ports, slots, 2.0)
-    assert (move.slot, move.old_port, move.new_port) == (4, 1, 3)
+    assert (move.old_port, move.new_port) == (1, 3) and move.slot in (0, 4)
+    # afterwards every uplink has one elephant: no further move, however hot port 1 stays
+    assert r.observe(ports, slots, 5.0) == []
 
 
-def test_source_port_fields_pick_every_tier_of_the_pyramid():
-    # Each tier with decisions reads its own 4-bit field of the source port (ToR bits 1-4, aggregation
-    # bits 5-8, core bits 9-12). In pyramid-16, h0 -> h8 crosses tor0 -> agg{0,1} -> core{0,1} ->
-    # agg{2,3} -> tor2: each choice is (field value mod 2) among the ports in order.
-    fab, core, fake = programmed("pyramid-16", "adaptive")
-    ip = str(fab.nic("h8", "A").ip)
-    seen = set()
-    for a, b, c in itertools.product(range(4), repeat=3):
-        sport = 32768 | (a << 1) | (b << 5) | (c << 9)
-        path = fake.trace("h0", 0, udp(ip, sport))
-        assert path == ["tor0", f"agg{a % 2}", f"core{b % 2}", f"agg{2 + c % 2}", "tor2", "h8"], (a, b, c, path)
-        assert core.router.entropy.src_port_for({1: a, 2: b, 3: c}) & 0x1FFE == sport & 0x1FFE
-        seen.add(tuple(path))
-    assert len(seen) == 8
+def test_counter_rates_respect_the_minimum_window():
+    from controller.core import CounterRates
+
+    r = CounterRates(min_window_s=1.0)
+    assert r.update("k", 0, 10.0) is None
+    assert r.update("k", 500, 10.5) is None  # only 0.5 s of history
+    assert r.update("k", 1000, 11.0) == pytest.approx(1000.0)  # (1000 - 0) / 1 s
+    # a counter that only moves in jumps (refreshed every 0.5 s) still gives the mean rate over >= 1 s
+    assert r.update("k", 1000, 11.2) == pytest.approx(1000 / 1.2)
+    assert r.update("k", 2000, 12.0) == pytest.approx((2000 - 1000) / 1.0)
+    assert r.update("k", 2100, 12.0) is None  # same instant on the switch's clock: ignored
+    assert r.update("k", 2500, 12.2) == pytest.approx((2500 - 1000) / 1.0)  # from the sample at 11.2
+    assert r.update("k", 5, 12.3) is None  # counter reset
+
+
+def test_slot_rates_of_different_switches_are_kept_apart():
+    # leafA0 and leafA1 have table-1 flows with identical matches (same destination id and slot bits)
+    fab, core, _ = programmed("dual-plane-16", "adaptive")
+    f0 = core.slot_flows("leafA0", "leafA3", 0, 1)[0]
+    f1 = core.slot_flows("leafA1", "leafA3", 0, 1)[0]
+    assert f0.match == f1.match
+    d0, d1 = fab.switch_by_name["leafA0"].dpid, fab.switch_by_name["leafA1"].dpid
+    core.on_flow_counters(d0, [(f0, 0, 1.0)])
+    core.on_flow_counters(d1, [(f1, 5_000_000, 1.0)])
+    r0 = core.on_flow_counters(d0, [(f0, 1000, 2.0)])
+    r1 = core.on_flow_counters(d1, [(f1, 5_004_000, 2.0)])
+    assert r0 == {("leafA0", "leafA3", 0): 1000.0} and r1 == {("leafA1", "leafA3", 0): 4000.0}

@@ -7,8 +7,8 @@ Modes:
   the data plane skips a dead local port (fast-failover buckets), the router itself never reacts.
 - `adaptive`: `ecmp`, plus fabric-wide failover (a link going down removes every choice, anywhere,
   whose paths all cross it; it coming back restores them) and congestion-aware moves (a hot link
-  sheds its heaviest slot to the least-loaded alternative that avoids it and stays below hot; mice
-  below `min_move_share` of the link are not worth a move).
+  moves one of the elephants sharing it to the alternative path with the fewest elephants; see
+  `_relieve`).
 
 Both reactions are lookups in the path table's precomputed `crossing`/`via` index, not graph
 searches. A move changes one slot's next hop at one switch: a flow-mod in the controller, a
@@ -42,7 +42,7 @@ class RouterConfig:
     cool_util: float = 0.7  # ... and stops being hot below this (hysteresis)
     hold_s: float = 0.2  # after a congestion move, leave that decision point alone this long
     ewma_alpha: float = 0.5  # weight of the newest rate sample
-    min_move_share: float = 0.05  # a slot carrying less than this share of the hot link is not worth moving
+    min_move_share: float = 0.05  # slots below this share of a link are mice: not counted, not moved
 
     def __post_init__(self) -> None:
         if not 0 < self.cool_util < self.hot_util:
@@ -232,29 +232,46 @@ class Router:
                 moves.append(move)
         return moves
 
+    def _active(self, link: Link, slot_rates: dict[tuple[str, str, int], float], floor_bps: float) -> int:
+        """How many slots carrying at least `floor_bps` currently send over directed `link`."""
+        n = 0
+        for sw, dest, port in self.table.crossing(*link):
+            slots = self.slots.get((sw, dest))
+            if slots is None:
+                continue
+            n += sum(1 for s, p in enumerate(slots) if p == port and slot_rates.get((sw, dest, s), 0.0) >= floor_bps)
+        return n
+
     def _relieve(self, hot: Link, slot_rates: dict[tuple[str, str, int], float], now: float) -> SlotMove | None:
-        """Move the heaviest slot whose traffic crosses `hot` to the alternative with the most room."""
+        """Move one of the elephants sharing `hot` to the alternative with the fewest elephants.
+
+        Elephants are slots carrying at least `min_move_share` of the link. One elephant alone on a
+        link (a TCP flow fills any link) is not congestion a move can fix; with n on the hot link, a
+        move is made only to an alternative path whose busiest link has at most n - 2, so the
+        elephants spread out and never swap back and forth. Among those: fewest elephants, then the
+        heaviest slot, then the most room."""
         cfg = self.config
-        best: tuple[tuple[float, float], SlotMove] | None = None
+        floor = cfg.min_move_share * self.capacity_bps[hot]
+        n_hot = self._active(hot, slot_rates, floor)
+        if n_hot < 2:
+            return None
+        best: tuple[tuple[int, float, float], SlotMove] | None = None
         for sw, dest, port in self.table.crossing(*hot):
             key = (sw, dest)
             if key not in self.base or self.hold_until.get(key, -1.0) > now:
                 continue
             alts = [p for p in self.alive.get(key, ()) if p != port and hot not in self.table.via(sw, dest, p)]
-            if not alts:
-                continue
-            for slot, p in enumerate(self.slots[key]):
-                rate = slot_rates.get((sw, dest, slot), 0.0)
-                if p != port or rate <= 0:
+            for alt in alts:
+                via = self.table.via(sw, dest, alt)
+                n_alt = max(self._active(l, slot_rates, floor) for l in via)
+                if n_alt + 2 > n_hot:
                     continue
-                if rate < cfg.min_move_share * self.capacity_bps[hot]:
-                    continue  # a mouse: moving it relieves nothing
-                for alt in alts:
-                    after = max((self._rate(l) + rate) / self.capacity_bps[l] for l in self.table.via(sw, dest, alt))
-                    if after >= cfg.hot_util:
-                        continue  # it would only make the alternative hot: no better, and it would flap
-                    # the heaviest slot that fits, onto the alternative with the most room
-                    score = (rate, -after)
+                for slot, p in enumerate(self.slots[key]):
+                    rate = slot_rates.get((sw, dest, slot), 0.0)
+                    if p != port or rate < floor:
+                        continue
+                    after = max((self._rate(l) + rate) / self.capacity_bps[l] for l in via)
+                    score = (-n_alt, rate, -after)
                     if best is None or score > best[0]:
                         best = (score, SlotMove(sw, dest, slot, port, alt, "congestion"))
         if best is None:
