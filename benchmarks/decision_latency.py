@@ -21,7 +21,7 @@ import time
 import networkx as nx
 
 from controller import ofmsg
-from controller.core import ControllerCore
+from controller.core import ControllerCore, tune_gc
 from fabric import topofile
 
 
@@ -40,6 +40,7 @@ def main() -> int:
     t0 = time.perf_counter()
     core = ControllerCore(fab, "adaptive", rate_scale=1.0)
     setup_s = time.perf_counter() - t0
+    tune_gc()  # as the controller process does
     rng = random.Random(args.seed)
     uplinks = [(l.a.node, l.a.port) for l in fab.links
                if l.a.node in fab.switch_by_name and l.b.node in fab.switch_by_name]

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--poll-ms, --flow-poll-ms, --hot-flow-poll-ms and --mbps-per-gbps must be > 0")
 
     from controller.app import AppConfig, configure
-    from controller.core import ControllerCore
+    from controller.core import ControllerCore, tune_gc
     from fabric import topofile
     from fabric.routing import RouterConfig
 
@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)
         return 2
+    tune_gc()
     configure(AppConfig(core, poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
                         hot_flow_poll_s=args.hot_flow_poll_ms / 1000,
                         rest_host=args.rest_host, rest_port=args.rest_port))

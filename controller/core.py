@@ -21,6 +21,7 @@ and flow counters.
 """
 from __future__ import annotations
 
+import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -117,6 +118,14 @@ class RerouteEvent:
     old_port: int
     new_port: int
     decision_us: float
+
+
+def tune_gc() -> None:
+    """Keep Python's cycle collector out of the decision path: the model, path tables and cached
+    intents live as long as the process, so freeze what exists and collect the old generation
+    rarely (full collections over them cost tens of ms at 1024 hosts, measured as p99 spikes)."""
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 1000)
 
 
 class CounterRates:

@@ -232,15 +232,14 @@ class Router:
                 moves.append(move)
         return moves
 
-    def _active(self, link: Link, slot_rates: dict[tuple[str, str, int], float], floor_bps: float) -> int:
-        """How many slots carrying at least `floor_bps` currently send over directed `link`."""
-        n = 0
-        for sw, dest, port in self.table.crossing(*link):
+    def _elephants(self, slot_rates: dict[tuple[str, str, int], float], floor_bps: float) -> Counter[Link]:
+        """Directed link -> how many slots carrying at least `floor_bps` may send over it."""
+        count: Counter[Link] = Counter()
+        for (sw, dest, slot), rate in slot_rates.items():
             slots = self.slots.get((sw, dest))
-            if slots is None:
-                continue
-            n += sum(1 for s, p in enumerate(slots) if p == port and slot_rates.get((sw, dest, s), 0.0) >= floor_bps)
-        return n
+            if rate >= floor_bps and slots is not None and slot < len(slots):
+                count.update(self.table.via(sw, dest, slots[slot]))
+        return count
 
     def _relieve(self, hot: Link, slot_rates: dict[tuple[str, str, int], float], now: float) -> SlotMove | None:
         """Move one of the elephants sharing `hot` to the alternative with the fewest elephants.
@@ -252,7 +251,8 @@ class Router:
         heaviest slot, then the most room."""
         cfg = self.config
         floor = cfg.min_move_share * self.capacity_bps[hot]
-        n_hot = self._active(hot, slot_rates, floor)
+        elephants = self._elephants(slot_rates, floor)
+        n_hot = elephants[hot]
         if n_hot < 2:
             return None
         best: tuple[tuple[int, float, float], SlotMove] | None = None
@@ -260,17 +260,20 @@ class Router:
             key = (sw, dest)
             if key not in self.base or self.hold_until.get(key, -1.0) > now:
                 continue
-            alts = [p for p in self.alive.get(key, ()) if p != port and hot not in self.table.via(sw, dest, p)]
-            for alt in alts:
+            heavy = [(slot, slot_rates.get((sw, dest, slot), 0.0)) for slot, p in enumerate(self.slots[key])
+                     if p == port and slot_rates.get((sw, dest, slot), 0.0) >= floor]
+            if not heavy:
+                continue
+            for alt in self.alive.get(key, ()):
                 via = self.table.via(sw, dest, alt)
-                n_alt = max(self._active(l, slot_rates, floor) for l in via)
+                if alt == port or hot in via:
+                    continue
+                n_alt = max(elephants[l] for l in via)
                 if n_alt + 2 > n_hot:
                     continue
-                for slot, p in enumerate(self.slots[key]):
-                    rate = slot_rates.get((sw, dest, slot), 0.0)
-                    if p != port or rate < floor:
-                        continue
-                    after = max((self._rate(l) + rate) / self.capacity_bps[l] for l in via)
+                room = max(self._rate(l) / self.capacity_bps[l] for l in via)
+                for slot, rate in heavy:
+                    after = room + rate / min(self.capacity_bps[l] for l in via)
                     score = (-n_alt, rate, -after)
                     if best is None or score > best[0]:
                         best = (score, SlotMove(sw, dest, slot, port, alt, "congestion"))
