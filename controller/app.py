@@ -213,12 +213,14 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
     @kill_on_exception
     def disconnect_handler(self, ev: Any) -> None:
         dp = ev.datapath
-        if dp is not None and dp.id is not None:
-            with self.lock:
-                if self.dps.get(dp.id) is dp:
-                    del self.dps[dp.id]
-                    self.synced.pop(dp.id, None)
-                    self.syncing.pop(dp.id, None)
+        dpid = getattr(dp, "id", None)
+        if dpid is None:
+            return
+        with self.lock:
+            if self.dps.get(dpid) is dp:
+                del self.dps[dpid]
+                self.synced.pop(dpid, None)
+                self.syncing.pop(dpid, None)
 
     # ---- failures and load ---------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)

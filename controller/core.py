@@ -25,7 +25,7 @@ import gc
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from fabric.errors import FabriclabError
 from fabric.model import Fabric
@@ -178,7 +178,7 @@ class ControllerCore:
                 ids = self.group_ids.setdefault(sw, {})
                 for p in ports:
                     ids.setdefault((ports, p), 0)
-            for sw, ids in self.group_ids.items():
+            for ids in self.group_ids.values():
                 for i, key in enumerate(sorted(ids)):
                     ids[key] = i + 1
         self._decision_dests: dict[str, list[str]] = {}
@@ -190,9 +190,7 @@ class ControllerCore:
         self.slot_rates = CounterRates(min_window_s=self.flow_window_s)
         self.events: deque[RerouteEvent] = deque(maxlen=self.event_log_size)
         self.reroutes: dict[str, int] = {"failure": 0, "recovery": 0, "congestion": 0, "manual": 0}
-        self.decision_us: deque[float] = deque(maxlen=10000)
         self.decision_observers: list[Callable[[float], None]] = []
-        self.port_up: dict[tuple[str, int], bool] = {}
         self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx)
 
     # ---- identity ------------------------------------------------------------------------------
@@ -298,7 +296,6 @@ class ControllerCore:
         changes = [Changes(self.dpid(sw), flows_modify=tuple(fl)) for sw, fl in sorted(by_switch.items())]
         took_us = (time.perf_counter() - started) * 1e6
         if moves:
-            self.decision_us.append(took_us)
             for observe in self.decision_observers:
                 observe(took_us)
         for m in moves:
@@ -312,7 +309,6 @@ class ControllerCore:
         name = self.switch_name(dpid)
         if name is None or (name, port) not in self.router.capacity_bps:
             return []
-        self.port_up[(name, port)] = up
         moves = self.router.on_link_change(name, port, up, now)
         return self._apply(moves, started, now)
 
@@ -386,7 +382,7 @@ class ControllerCore:
                 for sw, dest, _ in self.table.crossing(*link) if (sw, dest) in r.base}
 
     # ---- state for the REST API ----------------------------------------------------------------
-    def paths(self, src: str, dst: str, src_port: int | None = None) -> list[dict[str, object]]:
+    def paths(self, src: str, dst: str, src_port: int | None = None) -> list[dict[str, Any]]:
         """Current paths from host `src` to host `dst` in each shared plane: for a given source port
         the single path it takes, otherwise every path any slot uses."""
         out = []

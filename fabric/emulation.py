@@ -260,7 +260,7 @@ class Emulation:
             net.addHost(host.name, ip=None)
         nic_at = {(p.host, p.nic): p for p in fab.nic_ports}
         for link in fab.links:
-            ends = []
+            ends: list[tuple[Any, dict[str, str], str | None]] = []
             for end in (link.a, link.b):
                 if end.node in fab.host_by_name:
                     nic = nic_at[(end.node, end.port)]

@@ -275,14 +275,14 @@ def _validate(fab: Fabric) -> None:
             if pa != pb:
                 raise TopologyError(f"{where}: joins plane {pa!r} to plane {pb!r}; planes are independent")
         else:
-            host, sw = (link.a.node, link.b.node) if kinds[0] == "host" else (link.b.node, link.a.node)
-            plane = fab.switch_by_name[sw].plane
-            if plane in host_planes[host]:
+            h_name, s_name = (link.a.node, link.b.node) if kinds[0] == "host" else (link.b.node, link.a.node)
+            p_name = fab.switch_by_name[s_name].plane
+            if p_name in host_planes[h_name]:
                 raise TopologyError(
-                    f"host {host!r} has two ports in plane {plane!r} ({host_planes[host][plane]} and {where}); "
+                    f"host {h_name!r} has two ports in plane {p_name!r} ({host_planes[h_name][p_name]} and {where}); "
                     "one NIC port per plane"
                 )
-            host_planes[host][plane] = where
+            host_planes[h_name][p_name] = where
     for host in fab.hosts:
         if not host_planes[host.name]:
             raise TopologyError(f"host {host.name!r} has no link")

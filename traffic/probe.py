@@ -122,6 +122,11 @@ def send(dst: str, port: int, sport: int, rate: float, seconds: float, bind: str
     return total
 
 
+def _stop_receiving(signum: int, frame: Any) -> None:
+    """SIGTERM ends the receive loop; the result so far is still written."""
+    raise InterruptedError(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m traffic.probe", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -140,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--seconds", type=float, default=5.0)
     args = ap.parse_args(argv)
     if args.cmd == "recv":
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(InterruptedError()))
+        signal.signal(signal.SIGTERM, _stop_receiving)
         res = receive(args.bind, args.port, args.idle_s)
         out: dict[str, Any] = asdict(res) | {"longest_span": res.longest_span}
         text = json.dumps(out)

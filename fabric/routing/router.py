@@ -86,10 +86,10 @@ class Router:
         # (switch, dest) -> next-hop ports currently usable, for every switch with a path to dest
         self.alive: dict[tuple[str, str], tuple[int, ...]] = {}
         for dest in self.table.edge_switches:
-            for sw in fab.switches_in(fab.switch_by_name[dest].plane):
-                ports = self.table.ecmp_ports(sw.name, dest)
+            for switch in fab.switches_in(fab.switch_by_name[dest].plane):
+                ports = self.table.ecmp_ports(switch.name, dest)
                 if ports:
-                    self.alive[(sw.name, dest)] = ports
+                    self.alive[(switch.name, dest)] = ports
         # decision point -> slot -> port; base = the default (all links up) mapping
         self.base: dict[tuple[str, str], tuple[int, ...]] = {}
         for sw, dest in self.table.decisions:

@@ -77,7 +77,6 @@ class PathTable:
         self._count[dest] = count
 
     def _via_links(self, dest: str) -> None:
-        fab = self.fabric
         dist = self._dist[dest]
         reach: dict[str, frozenset[tuple[str, int]]] = {dest: frozenset()}
         for s in sorted(dist, key=dist.__getitem__):

@@ -3,7 +3,6 @@ and TCP. Needs root and Open vSwitch (scripts/setup.sh); in CI these must run, n
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import subprocess
 import time
