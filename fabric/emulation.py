@@ -325,6 +325,17 @@ class Emulation:
         if net is None:
             return
         try:
+            # Every link has a switch end in the root namespace: deleting those ends removes each
+            # veth pair, all in one `ip -batch` (Mininet would run one shell command per interface,
+            # ~14 ms each). Mininet then only stops switches and hosts.
+            bridges, intfs = expected_names(self.fabric)
+            present = self._present(set(), intfs - bridges).interfaces
+            if present:
+                with tempfile.NamedTemporaryFile("w", prefix="fabriclab-links-", suffix=".batch") as f:
+                    f.write("".join(f"link del dev {i}\n" for i in present))
+                    f.flush()
+                    subprocess.run(["ip", "-force", "-batch", f.name], capture_output=True, check=False)
+                net.links = []
             net.stop()
         finally:
             # Mininet's stop is best effort; remove whatever of ours is still there.
