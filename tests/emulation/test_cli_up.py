@@ -57,3 +57,12 @@ def test_interrupted_run_tears_everything_down(sig):
     assert not ovs_bridges() & names
     assert not [l for l in root_links() if any(l.startswith(f"{n}-eth") for n in names)]
     assert netns() == before
+
+
+def test_readme_main_command_as_written():
+    # the README's first command, exactly: set-up (idempotent here) and the main job on defaults
+    res = subprocess.run(["bash", "scripts/lab", "run"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "plane A      240/240 host pairs reachable, 0 of 720 pings lost" in res.stdout
+    assert "plane B      240/240 host pairs reachable, 0 of 720 pings lost" in res.stdout
+    assert "teardown     clean" in res.stdout and "result       OK" in res.stdout
