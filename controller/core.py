@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 
 from fabric.errors import FabriclabError
 from fabric.model import Fabric
-from fabric.routing import MODES, PathTable, Router, RouterConfig, SlotMove, static_port
+from fabric.routing import PathTable, Router, RouterConfig, SlotMove, static_port
 
 #: Marks every flow this controller installs.
 COOKIE = 0xFAB1AB
@@ -163,17 +163,18 @@ class ControllerCore:
     flow_window_s: float = 0.0  # shortest span over which flow (slot) counters give a rate
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise FabriclabError(f"routing mode {self.mode!r} is not supported (supported: {', '.join(MODES)})")
         self.table = PathTable(self.fabric)
         self.router = Router(self.table, self.mode, self.config, self.rate_scale)
         self.dest_id = {d: i + 1 for i, d in enumerate(self.table.edge_switches)}
         self.dest_by_id = {i: d for d, i in self.dest_id.items()}
         self.multipath = self.mode != "static"
         # switch -> (ecmp port set, primary port) -> group id
+        # switch -> its decision points' destinations
         self.group_ids: dict[str, dict[tuple[tuple[int, ...], int], int]] = {}
+        self._decision_dests: dict[str, list[str]] = {}
         if self.multipath:
             for sw, dest in self.table.decisions:
+                self._decision_dests.setdefault(sw, []).append(dest)
                 ports = self.table.ecmp_ports(sw, dest)
                 ids = self.group_ids.setdefault(sw, {})
                 for p in ports:
@@ -181,10 +182,6 @@ class ControllerCore:
             for ids in self.group_ids.values():
                 for i, key in enumerate(sorted(ids)):
                     ids[key] = i + 1
-        self._decision_dests: dict[str, list[str]] = {}
-        if self.multipath:
-            for sw, dest in self.table.decisions:
-                self._decision_dests.setdefault(sw, []).append(dest)
         self._slot_flows: dict[tuple[str, str, int, int], tuple[FlowIntent, ...]] = {}
         self.port_rates = CounterRates()
         self.slot_rates = CounterRates(min_window_s=self.flow_window_s)
@@ -338,8 +335,7 @@ class ControllerCore:
         dest = self.dest_by_id.get(meta)
         if dest is None:
             return None
-        shift, bits = self.router.entropy.field(self.router.tier(switch))
-        return (switch, dest, (src[0] >> (1 + shift)) & ((1 << bits) - 1))
+        return (switch, dest, self.router.entropy.slot(self.router.tier(switch), src[0]))
 
     def on_flow_counters(self, dpid: int, counters: list[tuple[FlowIntent, int, float]]
                          ) -> dict[tuple[str, str, int], float]:
@@ -391,7 +387,7 @@ class ControllerCore:
             if not d_nics:
                 continue
             d_nic = d_nics[0]
-            ports = [src_port] if src_port is not None else self._representative_ports(s_nic.switch, d_nic.switch)
+            ports = [src_port] if src_port is not None else self._representative_ports()
             seen: list[list[str]] = []
             for sp in ports:
                 hops = [src, s_nic.switch]
@@ -410,7 +406,7 @@ class ControllerCore:
             out.append({"plane": s_nic.plane, "src_ip": str(s_nic.ip), "dst_ip": str(d_nic.ip), "paths": seen})
         return out
 
-    def _representative_ports(self, src_sw: str, dst_sw: str) -> list[int]:
+    def _representative_ports(self) -> list[int]:
         """One source port per combination of slots at the tiers that decide (bounded)."""
         plan = self.router.entropy
         combos: list[dict[int, int]] = [{}]

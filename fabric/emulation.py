@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from fabric.errors import EmulationError, UnsupportedError
-from fabric.model import Fabric, NicPort
+from fabric.model import Fabric, NicPort, intf_name
 
 #: Mininet's HTB wrapper ignores rates above this (with only a log line); we refuse them instead.
 MAX_LINK_MBPS = 1000.0
@@ -94,10 +94,6 @@ def check_options(fabric: Fabric, opts: EmulationOptions) -> None:
 
 
 # ---- what to build (pure) ----------------------------------------------------------------------
-def switch_intf(switch: str, port: int) -> str:
-    return f"{switch}-eth{port}"
-
-
 def arp_batch(fabric: Fabric, host: str) -> str:
     """`ip -batch` input installing permanent ARP entries for every other NIC in the host's planes."""
     lines = []
@@ -114,12 +110,10 @@ def tc_batch(fabric: Fabric, opts: EmulationOptions, host: str | None) -> str:
     lines = []
     for link in fabric.links:
         for end in (link.a, link.b):
-            if host is None and end.node in fabric.switch_by_name:
-                dev = switch_intf(end.node, end.port)
-            elif host is not None and end.node == host:
-                dev = f"{host}-eth{end.port}"
-            else:
+            ours = end.node == host if host is not None else end.node in fabric.switch_by_name
+            if not ours:
                 continue
+            dev = intf_name(end.node, end.port)
             mbps = link_mbps(link.rate_gbps, opts)
             lines.append(f"qdisc replace dev {dev} root handle 5: htb default 1")
             lines.append(f"class add dev {dev} parent 5: classid 5:1 htb rate {mbps:g}mbit burst 15k quantum 1514")
@@ -137,7 +131,7 @@ def expected_names(fabric: Fabric) -> tuple[set[str], set[str]]:
     for link in fabric.links:
         for end in (link.a, link.b):
             if end.node in fabric.switch_by_name:
-                intfs.add(switch_intf(end.node, end.port))
+                intfs.add(intf_name(end.node, end.port))
     return bridges, intfs
 
 
@@ -288,15 +282,14 @@ class Emulation:
 
     def _configure_switch_ports(self) -> None:
         """Shape every switch-side interface (root namespace) with one `tc -batch`; offloads off."""
-        intfs = [switch_intf(end.node, end.port) for link in self.fabric.links for end in (link.a, link.b)
-                 if end.node in self.fabric.switch_by_name]
+        bridges, intfs = expected_names(self.fabric)
         with tempfile.NamedTemporaryFile("w", prefix="fabriclab-tc-", suffix=".batch") as f:
             f.write(tc_batch(self.fabric, self.opts, None))
             f.flush()
             res = subprocess.run(["tc", "-batch", f.name], capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise EmulationError(f"shaping switch ports failed: {res.stderr.strip()[-300:]}")
-        for intf in intfs:
+        for intf in sorted(intfs - bridges):
             subprocess.run(["ethtool", "-K", intf, "tx", "off", "rx", "off", "tso", "off", "gso", "off",
                             "gro", "off"], capture_output=True, check=False)
 
@@ -382,22 +375,15 @@ class Emulation:
     def set_link(self, node: str, port: int, up: bool) -> float:
         """Take the link at (`node`, `port`) down or up: both of its interfaces, switch ends first.
         Returns the wall-clock time just before the first interface changed."""
-        peer = None
-        for link in self.fabric.links:
-            if (link.a.node, link.a.port) == (node, port):
-                peer = link.b
-            elif (link.b.node, link.b.port) == (node, port):
-                peer = link.a
-        if peer is None:
-            raise EmulationError(f"no link at {node} port {port}")
+        peer = self.fabric.peer(node, port)
         ends = sorted([(node, port), (peer.node, peer.port)], key=lambda e: e[0] in self.fabric.host_by_name)
         state = "up" if up else "down"
         t = time.time()
         for n, p in ends:
             if n in self.fabric.switch_by_name:
-                subprocess.run(["ip", "link", "set", "dev", switch_intf(n, p), state], check=True)
+                subprocess.run(["ip", "link", "set", "dev", intf_name(n, p), state], check=True)
             else:
-                self.node(n).cmd(f"ip link set dev {n}-eth{p} {state}")
+                self.node(n).cmd(f"ip link set dev {intf_name(n, p)} {state}")
         return t
 
     def popen(self, host: str, args: list[str], **kwargs: Any) -> Any:

@@ -19,12 +19,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from controller.core import ControllerCore
 from controller.process import ControllerProcess
 from fabric import topofile
 from fabric.emulation import Emulation, EmulationOptions, Leftovers, check_options
 from fabric.errors import EmulationError
 from fabric.model import Fabric
+from fabric.routing import check_mode
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Lab:
 
     def start(self) -> "Lab":
         # Refuse bad input before anything is built: routing mode, emulation options, privileges.
-        ControllerCore(self.fabric, self.mode)
+        check_mode(self.mode)
         check_options(self.fabric, self.opts)
         if os.geteuid() != 0:
             raise EmulationError("the emulation needs root (Mininet and Open vSwitch); run with sudo")

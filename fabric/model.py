@@ -80,7 +80,7 @@ class NicPort:
 
     @property
     def intf(self) -> str:
-        return f"{self.host}-eth{self.nic}"
+        return intf_name(self.host, self.nic)
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,21 @@ class Fabric:
         return {s.name: tuple(sorted(adj[s.name], key=lambda a: a.port)) for s in self.switches}
 
     @cached_property
+    def _peer_of(self) -> dict[tuple[str, int], Endpoint]:
+        out = {}
+        for link in self.links:
+            out[(link.a.node, link.a.port)] = link.b
+            out[(link.b.node, link.b.port)] = link.a
+        return out
+
+    def peer(self, node: str, port: int) -> Endpoint:
+        """The far end of the link at `node`'s `port`."""
+        try:
+            return self._peer_of[(node, port)]
+        except KeyError:
+            raise TopologyError(f"no link at {node} port {port}") from None
+
+    @cached_property
     def nic_ports(self) -> tuple[NicPort, ...]:
         """Every host NIC port, ordered by host index then NIC index."""
         plane_index = {p.name: i for i, p in enumerate(self.planes)}
@@ -182,6 +197,11 @@ class Fabric:
 
     def host_bandwidth_gbps(self, host: str) -> float:
         return sum(p.rate_gbps for p in self.nics_of[host])
+
+
+def intf_name(node: str, port: int) -> str:
+    """The interface of a node's port (Mininet's convention, for switches and hosts alike)."""
+    return f"{node}-eth{port}"
 
 
 def host_mac(plane_index: int, host_index: int) -> str:

@@ -6,7 +6,7 @@ directly); no I/O here.
 from __future__ import annotations
 
 from fabric.routing.entropy import EntropyPlan, plan_entropy
-from fabric.routing.router import MODES, Router, RouterConfig, SlotMove, static_port
+from fabric.routing.router import MODES, Router, RouterConfig, SlotMove, check_mode, static_port
 from fabric.routing.tables import PairStats, PathTable
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Router",
     "RouterConfig",
     "SlotMove",
+    "check_mode",
     "plan_entropy",
     "static_port",
 ]

@@ -29,6 +29,11 @@ MODES = ("static", "ecmp", "adaptive")
 Link = tuple[str, int]  # directed: (switch, egress port)
 
 
+def check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise FabriclabError(f"routing mode {mode!r} is not supported (supported: {', '.join(MODES)})")
+
+
 def static_port(ports: tuple[int, ...], dest_index: int) -> int:
     """The `static` mode's choice among equal-cost next-hop ports: deterministic per destination."""
     if not ports:
@@ -78,8 +83,7 @@ class Router:
     rate_scale: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise FabriclabError(f"routing mode {self.mode!r} is not supported (supported: {', '.join(MODES)})")
+        check_mode(self.mode)
         fab = self.table.fabric
         self.entropy: EntropyPlan = plan_entropy(self.table)
         self.down: set[Link] = set()

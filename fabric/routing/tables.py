@@ -90,17 +90,10 @@ class PathTable:
                 acc |= via
             reach[s] = frozenset(acc)
 
-    @cached_property
-    def _peer(self) -> dict[tuple[str, int], tuple[str, int]]:
-        out = {}
-        for link in self.fabric.links:
-            out[(link.a.node, link.a.port)] = (link.b.node, link.b.port)
-            out[(link.b.node, link.b.port)] = (link.a.node, link.a.port)
-        return out
-
     def peer(self, node: str, port: int) -> tuple[str, int]:
         """The (node, port) at the other end of `node`'s `port`."""
-        return self._peer[(node, port)]
+        end = self.fabric.peer(node, port)
+        return end.node, end.port
 
     # ---- queries -------------------------------------------------------------------------------
     def next_ports(self, switch: str, dest: NicPort) -> tuple[int, ...]:
