@@ -16,7 +16,8 @@ import sys
 import time
 
 from fabric.builders import dual_plane
-from fabric.lab import Lab
+from fabriclab.session import Lab
+from traffic.ping import ping_all
 
 #: hosts -> (hosts per leaf, spines per plane)
 SHAPES = {16: (4, 2), 32: (4, 4), 64: (8, 4), 128: (16, 4)}
@@ -28,7 +29,8 @@ def measure(hosts: int) -> dict[str, float]:
     t0 = time.monotonic()
     lab = Lab(fab).start()
     try:
-        assert lab.emulation is not None and lab.bringup is not None
+        if lab.emulation is None or lab.bringup is None:
+            raise RuntimeError("the lab did not come up")
         t_up = time.monotonic()
         # reachable = every (host, address) pair answered at least once; later rounds ping only the
         # pairs still waiting (on 2 cores, 128 hosts pinging at once can push an RTT past fping's timeout)
@@ -37,7 +39,7 @@ def measure(hosts: int) -> dict[str, float]:
         rounds = 0
         while waiting:
             rounds += 1
-            pings = lab.emulation.ping_all(count=1, only=waiting)
+            pings = ping_all(lab.emulation, count=1, only=waiting)
             waiting -= {(p.src, p.dst_ip) for p in pings if p.received}
             if waiting and time.monotonic() - t_up > 120:
                 raise RuntimeError(f"{hosts} hosts: {total - len(waiting)}/{total} pairs reachable after 120 s")
@@ -47,6 +49,8 @@ def measure(hosts: int) -> dict[str, float]:
         lab.stop()
         t_stop = time.monotonic() - t_stop0
     b = lab.bringup
+    if b is None:
+        raise RuntimeError("no bring-up figures")
     return {
         "hosts": hosts,
         "switches": len(fab.switches),

@@ -21,14 +21,16 @@ import sys
 import time
 
 from fabric.builders import dual_plane
+from fabric.emulation.plan import parse_dump_ports
 from fabric.emulation import EmulationOptions
-from fabric.lab import Lab
+from fabriclab.session import Lab
+from traffic.iperf import start_iperf
 
 
 def tx_bytes(switch: str, port: int) -> int:
     out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
                          capture_output=True, text=True, check=True).stdout
-    return int(out.split("tx pkts=")[1].split("bytes=")[1].split(",")[0])
+    return parse_dump_ports(out)[port][0]
 
 
 def uplink2_bytes() -> int:
@@ -40,28 +42,30 @@ def delivered() -> int:
     return tx_bytes("leafA3", 3) + tx_bytes("leafA3", 4)
 
 
-def trial(mode: str, seconds: float) -> dict[str, float]:
+def trial(routing: str, seconds: float) -> dict[str, float]:
     fab = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, oversubscription=2.0)
-    with Lab(fab, mode=mode, opts=EmulationOptions(mbps_per_gbps=0.1)) as lab:
-        em = lab.emulation
+    with Lab(fab, routing=routing, opts=EmulationOptions(mbps_per_gbps=0.1)) as lab:
+        em, ctl = lab.emulation, lab.controller
+        if em is None or ctl is None:
+            raise RuntimeError("the lab is not running")
         base = uplink2_bytes()
-        t_start = time.time()
-        a = em.start_iperf("h0", "h6", "A", seconds=seconds, cport=49152, port=5201)
-        b = em.start_iperf("h1", "h7", "A", seconds=seconds, cport=49156, port=5202)
+        t_start = time.monotonic()
+        a = start_iperf(em, "h0", "h6", "A", seconds=seconds, cport=49152, port=5201)
+        b = start_iperf(em, "h1", "h7", "A", seconds=seconds, cport=49156, port=5202)
         t_first = None
         deadline = t_start + seconds - 5.0
-        while time.time() < deadline:
+        while time.monotonic() < deadline:
             if uplink2_bytes() - base > 3000:  # two full-size packets: the moved flow arrived
-                t_first = time.time()
+                t_first = time.monotonic()
                 break
             time.sleep(0.002)
-        time.sleep(max(0.0, t_start + seconds - 4.5 - time.time()))
-        d0, t0 = delivered(), time.time()
+        time.sleep(max(0.0, t_start + seconds - 4.5 - time.monotonic()))
+        d0, t0 = delivered(), time.monotonic()
         time.sleep(4.0)
-        d1, t1 = delivered(), time.time()
+        d1, t1 = delivered(), time.monotonic()
         a.result(), b.result()
-        events = [e for e in lab.controller.get("/api/events") if e["cause"] == "congestion"]
-    t_move = events[0]["time"] if events else float("nan")
+        events = [e for e in ctl.get("/api/events") if e["cause"] == "congestion"]
+    t_move = events[0]["time_s"] if events else float("nan")
     return {
         "onset_to_decision_ms": (t_move - t_start) * 1000,
         "decision_to_new_path_ms": ((t_first or float("nan")) - t_move) * 1000,
@@ -77,9 +81,9 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
     results = {}
-    for mode in ("ecmp", "adaptive"):
-        results[mode] = [trial(mode, args.seconds) for _ in range(args.trials)]
-        print(f"done {mode}", file=sys.stderr)
+    for routing in ("ecmp", "adaptive"):
+        results[routing] = [trial(routing, args.seconds) for _ in range(args.trials)]
+        print(f"done {routing}", file=sys.stderr)
     keys = list(results["adaptive"][0])
     print(f"two TCP flows on one 10 Mbit/s uplink (capacity with both uplinks: 20 Mbit/s); "
           f"median of {args.trials} trials")

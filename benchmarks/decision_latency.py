@@ -39,6 +39,7 @@ def main() -> int:
     fab = topofile.load(args.topology)
     t0 = time.perf_counter()
     core = ControllerCore(fab, "adaptive", rate_scale=1.0)
+    policy = core.policy
     setup_s = time.perf_counter() - t0
     tune_gc()  # as the controller process does
     rng = random.Random(args.seed)
@@ -59,13 +60,13 @@ def main() -> int:
         dpid = fab.switch_by_name[sw].dpid
         peer = core.table.peer(sw, port)[0]
         t = time.perf_counter()
-        changes = core.on_port_status(dpid, port, False, time.time())
+        changes = core.on_port_status(dpid, port, False, time.monotonic())
         fail_decide_us.append((time.perf_counter() - t) * 1e6)
         msgs = [m for ch in changes for m in ofmsg.messages(ch)]
         fail_us.append((time.perf_counter() - t) * 1e6)
         moved.append(len(msgs))
         t = time.perf_counter()
-        changes = core.on_port_status(dpid, port, True, time.time())
+        changes = core.on_port_status(dpid, port, True, time.monotonic())
         [m for ch in changes for m in ofmsg.messages(ch)]
         recover_us.append((time.perf_counter() - t) * 1e6)
         # baseline: networkx recomputes next hops towards every affected destination
@@ -79,23 +80,25 @@ def main() -> int:
         nx_us.append((time.perf_counter() - t) * 1e6)
 
     # congestion: one hot uplink, per-slot rates on it, a decision per event
+    # congestion: one hot uplink, per-slot rates on it, a decision per event; measured loads are
+    # forgotten (untimed) before the next event, and events are a second apart so hold-downs expire
     cong_us = []
-    cap = core.router.capacity_bps
-    decisions = list(core.table.decisions)
+    decisions = list(policy.decision_points())
     for i in range(args.events):
         sw, dest = rng.choice(decisions)
-        port = core.router.slots[(sw, dest)][0]
-        slot_rates = {(sw, dest, s): cap[(sw, port)] * 0.1 for s, p in enumerate(core.router.slots[(sw, dest)])
-                      if p == port}
-        core.router.hold_until.clear()
-        core.router.loads.clear()
+        port = policy.slots(sw, dest)[0]
+        cap = policy.capacity_bps((sw, port))
+        core.last_slot_rates_bps.clear()
+        core.last_slot_rates_bps.update({(sw, dest, s): cap * 0.1 for s, p in enumerate(policy.slots(sw, dest))
+                                         if p == port})
         t = time.perf_counter()
-        changes = core.on_loads({(sw, port): cap[(sw, port)] * 0.97}, slot_rates, 1000.0 + i)
+        changes = core.on_loads({(sw, port): cap * 0.97}, 1000.0 + i)
         [m for ch in changes for m in ofmsg.messages(ch)]
         cong_us.append((time.perf_counter() - t) * 1e6)
+        policy.forget_loads()
 
     print(f"model {fab.name}: {len(fab.hosts)} hosts, {len(fab.switches)} switches, "
-          f"{len(core.table.decisions)} ECMP decision points; path tables built in {setup_s:.2f} s")
+          f"{len(policy.decision_points())} ECMP decision points; path tables built in {setup_s:.2f} s")
     print(f"{'event':<34}{'p50 us':>10}{'p99 us':>10}{'mean us':>10}")
     for name, xs in (("link failure: decision only", fail_decide_us),
                      ("link failure (ours)", fail_us), ("link recovery (ours)", recover_us),

@@ -1,14 +1,15 @@
 """Link-failure outage per routing mode, measured with a paced UDP probe (needs root and OVS).
 
-    sudo .venv/bin/python benchmarks/failover.py [--trials 10] [--rate 20000] [--modes static ecmp adaptive]
+    sudo .venv/bin/python benchmarks/failover.py [--trials 10] [--rate-pps 20000] [--routing static ecmp adaptive]
 
-On dual-plane-16, a probe h0 -> h15 (plane A) runs at `--rate` packets/s from a fixed source port;
+On dual-plane-16, a probe h0 -> h15 (plane A) runs at `--rate-pps` packets/s from a fixed source port;
 the controller's REST API says which path it takes. Each trial takes one link of that path down for
 `--down-s` and brings it back, while the probe runs:
 - remote: the spine -> destination-leaf link (the sender's leaf must learn of it from the controller);
 - local: the sender's leaf -> spine link (a fast-failover bucket can skip it in the data plane).
-Outage = longest lost-sequence span / rate, so receiver scheduling gaps do not count. Prints
-min/median/max per mode and failure kind.
+Outage = the longest lost-sequence span inside the failure's window (from one in-flight time before
+the link went down to `--down-s` after), divided by the rate, so receiver scheduling gaps do not
+count. Prints min/median/max per mode and failure kind, and the background loss outside the windows.
 """
 from __future__ import annotations
 
@@ -16,70 +17,72 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from fabric import topofile
-from fabric.lab import Lab
+from fabriclab.session import Lab
+from traffic.probe_run import ProbeRun
 
 SPORT = 49152  # slot 0 at the leaf tier
 
 
-def trial(lab: Lab, link: tuple[str, int], rate: int, down_s: float, n: int) -> float:
-    em = lab.emulation
-    fab = lab.fabric
-    out = lab.run_dir / f"probe-{n}.json"
-    recv = em.popen("h15", [sys.executable, "-m", "traffic.probe", "recv", "--bind", str(fab.nic("h15", "A").ip),
-                            "--port", "9000", "--idle-s", "2", "--out", str(out)])
-    time.sleep(0.4)
-    seconds = down_s + 1.5
-    send = em.popen("h0", [sys.executable, "-m", "traffic.probe", "send", "--dst", str(fab.nic("h15", "A").ip),
-                           "--port", "9000", "--sport", str(SPORT), "--bind", str(fab.nic("h0", "A").ip),
-                           "--rate", str(rate), "--seconds", str(seconds)])
-    time.sleep(0.5)
-    em.set_link(*link, up=False)
-    time.sleep(down_s)
-    em.set_link(*link, up=True)
-    send.wait(timeout=60)
-    recv.wait(timeout=30)
-    data = json.loads(out.read_text())
-    longest = max((b - a + 1 for a, b in data["lost_spans"]), default=0)
-    time.sleep(0.5)
-    return longest / rate * 1000
+def trial(lab: Lab, workdir: Path, link: tuple[str, int], rate_pps: int, down_s: float, n: int) -> tuple[float, int]:
+    if lab.emulation is None or lab.faults is None:
+        raise RuntimeError("the lab is not running")
+    run = ProbeRun(lab.emulation, "h0", "h15", plane="A", sport=SPORT, rate_pps=rate_pps, seconds=down_s + 1.5,
+                   workdir=workdir, port=9000 + n % 100).start()
+    t0 = run.wait_sending()
+    time.sleep(max(0.0, t0 + 0.5 - time.monotonic()))
+    down = lab.faults.link(*link, up=False)
+    time.sleep(max(0.0, down.at_s + down_s - time.monotonic()))
+    up = lab.faults.link(*link, up=True)
+    report = run.result()
+    window = report.window(down.at_s, down_s)
+    longest = max((b - a + 1 for a, b in report.spans_in(*window)), default=0)
+    background = report.lost_outside([window, report.window(up.at_s, 0.5)])
+    return longest / rate_pps * 1000, background
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=10)
-    ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--rate-pps", type=int, default=20000)
     ap.add_argument("--down-s", type=float, default=1.0)
-    ap.add_argument("--modes", nargs="+", default=["static", "ecmp", "adaptive"])
+    ap.add_argument("--routing", nargs="+", default=["static", "ecmp", "adaptive"])
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     fab = topofile.load("dual-plane-16")
     rows = []
-    for mode in args.modes:
-        with Lab(fab, mode=mode) as lab:
-            path = lab.controller.get(f"/api/paths?src=h0&dst=h15&sport={SPORT}")[0]["paths"][0]
-            leaf, spine, dleaf = path[1], path[2], path[3]
-            links = {
-                "remote (spine->leaf)": next(a.port for a in fab.adjacency[spine] if a.peer == dleaf),
-                "local (leaf->spine)": next(a.port for a in fab.adjacency[leaf] if a.peer == spine),
-            }
-            for kind, port in links.items():
-                node = spine if kind.startswith("remote") else leaf
-                outages = [trial(lab, (node, port), args.rate, args.down_s, i) for i in range(args.trials)]
-                rows.append({"mode": mode, "failure": kind, "link": f"{node}:{port}", "trials": len(outages),
-                             "min_ms": min(outages), "median_ms": statistics.median(outages),
-                             "max_ms": max(outages)})
-                print(f"done {mode} {kind}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="fabriclab-failover-") as tmp:
+        for routing in args.routing:
+            with Lab(fab, routing=routing) as lab:
+                if lab.controller is None:
+                    raise RuntimeError("no controller")
+                path = lab.controller.get(f"/api/paths?src=h0&dst=h15&sport={SPORT}")[0]["paths"][0]
+                leaf, spine, dleaf = path[1], path[2], path[3]
+                links = {
+                    "remote (spine->leaf)": (spine, next(a.port for a in fab.adjacency[spine] if a.peer == dleaf)),
+                    "local (leaf->spine)": (leaf, next(a.port for a in fab.adjacency[leaf] if a.peer == spine)),
+                }
+                for kind, link in links.items():
+                    results = [trial(lab, Path(tmp), link, args.rate_pps, args.down_s, i) for i in range(args.trials)]
+                    outages = [r[0] for r in results]
+                    rows.append({"routing": routing, "failure": kind, "link": f"{link[0]}:{link[1]}",
+                                 "trials": len(outages), "min_ms": min(outages),
+                                 "median_ms": statistics.median(outages), "max_ms": max(outages),
+                                 "background_lost": sum(r[1] for r in results)})
+                    print(f"done {routing} {kind}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"probe {args.rate} pkt/s h0 -> h15 (plane A), link down {args.down_s:g} s per trial")
-    print(f"{'mode':<10}{'failure':<22}{'link':<14}{'trials':>7}{'min ms':>10}{'median ms':>11}{'max ms':>10}")
+    print(f"probe {args.rate_pps} pkt/s h0 -> h15 (plane A), link down {args.down_s:g} s per trial")
+    print(f"{'routing':<10}{'failure':<22}{'link':<14}{'trials':>7}{'min ms':>10}{'median ms':>11}{'max ms':>10}"
+          f"{'background lost':>17}")
     for r in rows:
-        print(f"{r['mode']:<10}{r['failure']:<22}{r['link']:<14}{r['trials']:>7}{r['min_ms']:>10.1f}"
-              f"{r['median_ms']:>11.1f}{r['max_ms']:>10.1f}")
+        print(f"{r['routing']:<10}{r['failure']:<22}{r['link']:<14}{r['trials']:>7}{r['min_ms']:>10.1f}"
+              f"{r['median_ms']:>11.1f}{r['max_ms']:>10.1f}{r['background_lost']:>17}")
     return 0
 
 

@@ -1,6 +1,8 @@
-"""Run the controller: `python -m controller --topology FILE [--mode adaptive] [--port 6653] [--rest-port 8080]`.
+"""Run the controller: `python -m controller --topology FILE [--routing adaptive] [--port 6653] [--rest-port 8080]`.
 
-os-ken 4 has no manager CLI, so the app is started in-process (native-thread hub).
+os-ken 4 has no manager CLI, so the app is started in-process (native-thread hub). `--routing` takes
+a built-in mode (static, ecmp, adaptive) or a policy class of your own, `package.module:ClassName`
+(a subclass of fabric.routing.RoutingPolicy), importable by this process.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from fabric.routing import MODES
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m controller", description=__doc__)
     ap.add_argument("--topology", required=True, help="topology YAML file (the same one the emulator uses)")
-    ap.add_argument("--mode", default="adaptive", choices=MODES)
+    ap.add_argument("--routing", default="adaptive",
+                    help=f"routing policy: {', '.join(MODES)} or package.module:ClassName (default adaptive)")
     ap.add_argument("--listen", default="127.0.0.1", help="OpenFlow listen address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
     ap.add_argument("--rest-host", default="127.0.0.1", help="REST/metrics listen address (default 127.0.0.1)")
@@ -41,14 +44,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from controller.app import AppConfig, configure
     from controller.core import ControllerCore, tune_gc
+    from controller.sync import PollConfig
     from fabric import topofile
     from fabric.routing import RouterConfig
 
     try:
         core = ControllerCore(
             topofile.load(args.topology),
-            mode=args.mode,
-            config=RouterConfig(hot_util=args.hot_util, cool_util=args.cool_util, hold_s=args.hold_ms / 1000),
+            args.routing,
+            RouterConfig(hot_util=args.hot_util, cool_util=args.cool_util, hold_s=args.hold_ms / 1000),
             rate_scale=args.mbps_per_gbps * 1e6 / 1e9,
             flow_window_s=args.flow_window_ms / 1000,
         )
@@ -56,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"controller: {e}", file=sys.stderr)
         return 2
     tune_gc()
-    configure(AppConfig(core, poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
-                        hot_flow_poll_s=args.hot_flow_poll_ms / 1000,
+    configure(AppConfig(core, PollConfig(poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
+                                         hot_flow_poll_s=args.hot_flow_poll_ms / 1000),
                         rest_host=args.rest_host, rest_port=args.rest_port))
 
     from os_ken import cfg
@@ -69,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         project="os_ken",
     )
     logging.getLogger("fabriclab.controller").info(
-        "fabric %r, mode %s, OpenFlow on %s:%d, REST on %s:%d", core.fabric.name, args.mode, args.listen, args.port,
-        args.rest_host, args.rest_port,
+        "fabric %r, routing %s, OpenFlow on %s:%d, REST on %s:%d", core.fabric.name, core.routing, args.listen,
+        args.port, args.rest_host, args.rest_port,
     )
     AppManager.run_apps(["controller.app", "os_ken.controller.ofp_handler"])
     return 0

@@ -1,12 +1,12 @@
-"""The os-ken shim: extract primitives from events, call the core (with `now`), send what it returns.
+"""The os-ken shim: extract primitives from events, call the pure objects (with `now`), send what
+they return.
 
 Configured before os-ken instantiates it (`configure()`), because os-ken 4 creates apps itself.
-An unhandled exception in a handler ends the whole controller process loudly (exit code 70):
-a controller running half-broken is worse than one that is visibly down.
-
-On connect a switch is resynchronised, not wiped: the shim reads its port states, groups and our
-flows, and the core sends only the difference. Port statistics are polled every `poll_s`, ECMP flow
-statistics every `flow_poll_s`; both feed the router's congestion decisions.
+Every handler and the poll loop end the whole controller process loudly (exit code 70) on an
+unhandled exception: a controller running half-broken is worse than one that is visibly down.
+The resync protocol and the poll schedule live in `controller.sync.DatapathSync` (one per switch),
+the decisions in `controller.core`, the REST/metrics view in `controller.state`.
+Times are monotonic (`time.monotonic()`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from os_ken.base import app_manager
@@ -26,17 +26,18 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
 from controller import ofmsg
-from controller.core import Changes, ControllerCore, FlowIntent
+from controller.core import Changes, ControllerCore
+from controller.state import ControllerState
+from controller.sync import DatapathSync, Out, PollConfig, outgoing
 
 LOG = logging.getLogger("fabriclab.controller")
+EXIT_CRASH = 70
 
 
 @dataclass(frozen=True)
 class AppConfig:
     core: ControllerCore
-    poll_s: float = 0.01  # port statistics, every switch
-    flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
-    hot_flow_poll_s: float = 0.25  # ... and this often where a link is hot
+    poll: PollConfig = field(default_factory=PollConfig)
     rest_host: str = "127.0.0.1"
     rest_port: int = 0  # 0: no REST/metrics server
 
@@ -57,21 +58,9 @@ def kill_on_exception(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception:  # noqa: BLE001 - deliberately fatal
             LOG.critical("unhandled exception in %s, stopping the controller:\n%s", fn.__name__, traceback.format_exc())
             logging.shutdown()
-            os._exit(70)
+            os._exit(EXIT_CRASH)
 
     return wrapper
-
-
-class _Sync:
-    """Per-switch resync progress: replies collected until each multipart reply is complete."""
-
-    def __init__(self) -> None:
-        self.groups: dict[int, tuple[int, ...]] = {}
-        self.flows: list[FlowIntent] = []
-        self.groups_done = False
-        self.flows_done = False
-        self.port_desc_xid = -1
-        self.xids: set[int] = set()
 
 
 class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
@@ -85,33 +74,25 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
         self.core = _CONFIG.core
         self.lock = threading.RLock()  # the core is shared with the REST thread
         self.dps: dict[int, Any] = {}
-        self.syncing: dict[int, _Sync] = {}
-        self.synced: dict[int, float] = {}
-        self.barriers: dict[int, int] = {}  # dpid -> xid of the barrier that ends its resync
-        self.slot_rates: dict[tuple[str, str, int], float] = {}
-        self.connects: dict[int, int] = {}
-        self.last_flow_request: dict[int, float] = {}
+        self.sessions: dict[int, DatapathSync] = {}
+        self.state = ControllerState(self.core, self.sessions, self.lock, self.send_changes)
         self.threads = [hub.spawn(self._poll_loop)]
         if self.cfg.rest_port:
             from controller.api import serve
 
-            self.api_server = serve(self, self.cfg.rest_host, self.cfg.rest_port)
+            self.api_server = serve(self.state, self.cfg.rest_host, self.cfg.rest_port)
 
     # ---- sending -------------------------------------------------------------------------------
-    def _send(self, dp: Any, msgs: list[Any]) -> list[int]:
-        xids = []
-        for msg in msgs:
-            msg.datapath = dp
-            dp.set_xid(msg)
-            dp.send_msg(msg)
-            xids.append(msg.xid)
-        return xids
+    def _send(self, out: list[Out]) -> None:
+        """Send (dpid, message) pairs; a switch that has gone away is skipped."""
+        for dpid, msg in out:
+            dp = self.dps.get(dpid)
+            if dp is not None:
+                msg.datapath = dp
+                dp.send_msg(msg)
 
     def send_changes(self, changes: list[Changes]) -> None:
-        for ch in changes:
-            dp = self.dps.get(ch.dpid)
-            if dp is not None and len(ch):
-                self._send(dp, ofmsg.messages(ch))
+        self._send(outgoing(changes))
 
     # ---- connect and resync --------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
@@ -124,83 +105,70 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
             return
         with self.lock:
             self.dps[dp.id] = dp
-            self.synced.pop(dp.id, None)
-            self.connects[dp.id] = self.connects.get(dp.id, 0) + 1
-            sync = self.syncing[dp.id] = _Sync()
-        sync.port_desc_xid = self._send(dp, [ofmsg.parser.OFPPortDescStatsRequest(None, 0)])[0]
+            session = self.sessions[dp.id] = DatapathSync(self.core, dp.id, self.cfg.poll)
+            self._send(session.on_connect(time.monotonic()))
         LOG.info("switch %s (dpid %016x) connected; reading its ports", name, dp.id)
 
     @set_ev_cls(ofp_event.EventOFPPortDescStatsReply, MAIN_DISPATCHER)
     @kill_on_exception
     def port_desc_handler(self, ev: Any) -> None:
-        dp = ev.msg.datapath
-        now = time.time()
-        sync = self.syncing.get(dp.id)
-        if sync is None or ev.msg.xid != sync.port_desc_xid:
-            return  # os-ken's own port-desc request at connect
+        msg = ev.msg
+        ports = [(p.port_no, ofmsg.port_is_up(p)) for p in msg.body if p.port_no <= ofp.OFPP_MAX]
+        more = bool(msg.flags & ofp.OFPMPF_REPLY_MORE)
         with self.lock:
-            changes: list[Changes] = []
-            for port in ev.msg.body:
-                if port.port_no <= ofp.OFPP_MAX:
-                    changes += self.core.on_port_status(dp.id, port.port_no, ofmsg.port_is_up(port), now)
-            self.send_changes(changes)
-            if ev.msg.flags & ofp.OFPMPF_REPLY_MORE:
-                return
-        sync.xids.update(self._send(dp, [ofmsg.groups_request(), ofmsg.our_flows_request()]))
+            session = self.sessions.get(msg.datapath.id)
+            if session is not None:
+                self._send(session.on_port_desc(msg.xid, ports, more, time.monotonic()))
 
     @set_ev_cls(ofp_event.EventOFPGroupDescStatsReply, MAIN_DISPATCHER)
     @kill_on_exception
     def group_desc_handler(self, ev: Any) -> None:
-        dp = ev.msg.datapath
-        sync = self.syncing.get(dp.id)
-        if sync is None or ev.msg.xid not in sync.xids:
-            return
-        for stat in ev.msg.body:
-            gid, ports = ofmsg.group_from_stats(stat)
-            sync.groups[gid] = ports
-        sync.groups_done = not ev.msg.flags & ofp.OFPMPF_REPLY_MORE
-        self._maybe_resync(dp)
+        msg = ev.msg
+        groups = [ofmsg.group_from_stats(s) for s in msg.body]
+        with self.lock:
+            session = self.sessions.get(msg.datapath.id)
+            if session is not None:
+                self._send(session.on_group_desc(msg.xid, groups, bool(msg.flags & ofp.OFPMPF_REPLY_MORE)))
+                self._log_resync(session)
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)
     @kill_on_exception
     def flow_stats_handler(self, ev: Any) -> None:
-        dp = ev.msg.datapath
-        sync = self.syncing.get(dp.id)
-        if sync is not None and ev.msg.xid in sync.xids:
-            sync.flows += [f for f in (ofmsg.flow_from_stats(dp.id, s) for s in ev.msg.body) if f is not None]
-            sync.flows_done = not ev.msg.flags & ofp.OFPMPF_REPLY_MORE
-            self._maybe_resync(dp)
-            return
-        counters = []
-        for stat in ev.msg.body:
-            flow = ofmsg.flow_from_stats(dp.id, stat)
-            if flow is not None:
-                counters.append((flow, stat.byte_count, stat.duration_sec + stat.duration_nsec / 1e9))
+        msg = ev.msg
+        dpid = msg.datapath.id
+        more = bool(msg.flags & ofp.OFPMPF_REPLY_MORE)
+        now = time.monotonic()
         with self.lock:
-            self.slot_rates.update(self.core.on_flow_counters(dp.id, counters))
-            self.send_changes(self.core.on_loads({}, self.slot_rates, time.time()))
+            session = self.sessions.get(dpid)
+            if session is None:
+                return
+            if session.is_resync_reply(msg.xid):
+                flows = [f for f in (ofmsg.flow_from_stats(dpid, s) for s in msg.body) if f is not None]
+                self._send(session.on_our_flows(msg.xid, flows, more))
+                self._log_resync(session)
+                return
+            counters = []
+            for stat in msg.body:
+                flow = ofmsg.flow_from_stats(dpid, stat)
+                if flow is not None:
+                    counters.append((flow, stat.byte_count, stat.duration_sec + stat.duration_nsec / 1e9))
+            self._send(session.on_flow_stats(msg.xid, counters, more, now))
 
-    def _maybe_resync(self, dp: Any) -> None:
-        sync = self.syncing[dp.id]
-        if not (sync.groups_done and sync.flows_done):
-            return
-        with self.lock:
-            del self.syncing[dp.id]
-            changes = self.core.resync(dp.id, sync.groups, sync.flows)
-        xids = self._send(dp, ofmsg.messages(changes) + [ofmsg.barrier()])
-        self.barriers[dp.id] = xids[-1]
-        LOG.info("switch %s: resync sends %d groups, %d+%d flows, deletes %d stale", self.core.switch_name(dp.id),
-                 len(changes.groups_add) + len(changes.groups_modify), len(changes.flows_add),
-                 len(changes.flows_modify), len(changes.flows_delete))
+    def _log_resync(self, session: DatapathSync) -> None:
+        if session.state == "barrier" and session.last_resync is not None:
+            g, a, m, d = session.last_resync
+            LOG.info("switch %s: resync sends %d groups, %d+%d flows, deletes %d stale",
+                     self.core.switch_name(session.dpid), g, a, m, d)
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     @kill_on_exception
     def barrier_reply_handler(self, ev: Any) -> None:
-        dp = ev.msg.datapath
-        if self.barriers.get(dp.id) == ev.msg.xid:
-            with self.lock:
-                self.synced[dp.id] = time.time()
-            LOG.info("switch %s synced", self.core.switch_name(dp.id))
+        msg = ev.msg
+        with self.lock:
+            session = self.sessions.get(msg.datapath.id)
+            done = session is not None and session.on_barrier(msg.xid, time.monotonic())
+        if done:
+            LOG.info("switch %s synced", self.core.switch_name(msg.datapath.id))
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     @kill_on_exception
@@ -219,50 +187,36 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
         with self.lock:
             if self.dps.get(dpid) is dp:
                 del self.dps[dpid]
-                self.synced.pop(dpid, None)
-                self.syncing.pop(dpid, None)
+                self.sessions.pop(dpid, None)
+        LOG.info("switch %s disconnected", self.core.switch_name(dpid))
 
     # ---- failures and load ---------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
     @kill_on_exception
     def port_status_handler(self, ev: Any) -> None:
-        now = time.time()
         msg = ev.msg
         up = msg.reason != ofp.OFPPR_DELETE and ofmsg.port_is_up(msg.desc)
         with self.lock:
-            self.send_changes(self.core.on_port_status(msg.datapath.id, msg.desc.port_no, up, now))
+            self.send_changes(self.core.on_port_status(msg.datapath.id, msg.desc.port_no, up, time.monotonic()))
 
     @set_ev_cls(ofp_event.EventOFPPortStatsReply, MAIN_DISPATCHER)
     @kill_on_exception
     def port_stats_handler(self, ev: Any) -> None:
-        now = time.time()
         msg = ev.msg
         counters = {s.port_no: (s.tx_bytes, s.rx_bytes, s.duration_sec + s.duration_nsec / 1e9)
                     for s in msg.body if s.port_no <= ofp.OFPP_MAX}
         with self.lock:
-            rates = self.core.on_port_counters(msg.datapath.id, counters)
-            self.send_changes(self.core.on_loads(rates, self.slot_rates, now))
-            wanted = [self.dps[d] for d in self.core.flow_stats_wanted() if d in self.dps]
-        for dp in wanted:  # per-slot rates where a decision is due, at most every hot_flow_poll_s
-            if now - self.last_flow_request.get(dp.id, 0.0) >= self.cfg.hot_flow_poll_s:
-                self.last_flow_request[dp.id] = now
-                self._send(dp, [ofmsg.ecmp_flows_request()])
+            session = self.sessions.get(msg.datapath.id)
+            if session is not None:
+                self._send(session.on_port_stats(msg.xid, counters, bool(msg.flags & ofp.OFPMPF_REPLY_MORE),
+                                                 time.monotonic()))
 
+    @kill_on_exception
     def _poll_loop(self) -> None:
-        last_flow_poll = 0.0
-        decide = {self.core.dpid(s) for s, _ in self.core.table.decisions} if self.core.multipath else set()
         while True:
-            hub.sleep(self.cfg.poll_s)
+            hub.sleep(self.cfg.poll.poll_s)
+            now = time.monotonic()
             with self.lock:
-                dps = [self.dps[d] for d in self.synced if d in self.dps]
-            flows_now = time.monotonic() - last_flow_poll >= self.cfg.flow_poll_s
-            if flows_now:
-                last_flow_poll = time.monotonic()
-            for dp in dps:
-                try:
-                    self._send(dp, [ofmsg.port_stats_request()])
-                    if flows_now and dp.id in decide:
-                        self.last_flow_request[dp.id] = time.time()
-                        self._send(dp, [ofmsg.ecmp_flows_request()])
-                except Exception:  # noqa: BLE001 - a switch going away mid-poll is not fatal
-                    LOG.debug("poll of %016x failed", dp.id, exc_info=True)
+                hot = self.core.flow_stats_wanted()
+                for dpid, session in list(self.sessions.items()):
+                    self._send(session.due(now, dpid in hot))

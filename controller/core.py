@@ -15,21 +15,22 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
   bucket watching its port (a dead local port is skipped in the data plane). Everything else
   towards that destination (ICMP, ARP) follows slot 0.
 
-Moves from the router (`fabric.routing.Router`) become changes to table-1 flows (`modify`, which
-keeps the flow's counters and loses no packet). Rates for the router are computed here from port
-and flow counters.
+Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to table-1 flows
+(`modify`, which keeps the flow's counters and loses no packet). The core owns the counters and the
+rates computed from them (bits per second), which it hands to the policy; decisions, link states
+and the event log are the policy's.
 """
 from __future__ import annotations
 
 import gc
 import time
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from dataclasses import dataclass
+from typing import Callable, Iterable
 
-from fabric.errors import FabriclabError
+from fabric.errors import RoutingError
 from fabric.model import Fabric
-from fabric.routing import PathTable, Router, RouterConfig, SlotMove, static_port
+from fabric.routing import PathTable, RouterConfig, RoutingPolicy, SlotMove, load_policy
 
 #: Marks every flow this controller installs.
 COOKIE = 0xFAB1AB
@@ -108,18 +109,6 @@ class Changes:
                 + len(self.flows_modify) + len(self.flows_delete))
 
 
-@dataclass(frozen=True)
-class RerouteEvent:
-    time: float
-    cause: str
-    switch: str
-    dest: str
-    slot: int
-    old_port: int
-    new_port: int
-    decision_us: float
-
-
 def tune_gc() -> None:
     """Keep Python's cycle collector out of the decision path: the model, path tables and cached
     intents live as long as the process, so freeze what exists and collect the old generation
@@ -153,42 +142,45 @@ class CounterRates:
         return (value - old_value) / (now - old_t)
 
 
-@dataclass
 class ControllerCore:
-    fabric: Fabric
-    mode: str = "static"
-    config: RouterConfig = field(default_factory=RouterConfig)
-    rate_scale: float = 1.0
-    event_log_size: int = 10000
-    flow_window_s: float = 0.0  # shortest span over which flow (slot) counters give a rate
+    """The desired switch state and the reactions to events, for one fabric and one routing policy.
 
-    def __post_init__(self) -> None:
-        self.table = PathTable(self.fabric)
-        self.router = Router(self.table, self.mode, self.config, self.rate_scale)
+    `routing` is a built-in mode name, a `package.module:Class` spec or a RoutingPolicy subclass."""
+
+    def __init__(self, fabric: Fabric, routing: str | type[RoutingPolicy] = "adaptive",
+                 config: RouterConfig | None = None, *, rate_scale: float = 1.0, flow_window_s: float = 0.0,
+                 event_log_size: int = 10000) -> None:
+        self.fabric = fabric
+        self.table = PathTable(fabric)
+        cls = load_policy(routing) if isinstance(routing, str) else routing
+        self.policy: RoutingPolicy = cls(self.table, config, capacity_scale=rate_scale,
+                                         event_log_size=event_log_size)
         self.dest_id = {d: i + 1 for i, d in enumerate(self.table.edge_switches)}
         self.dest_by_id = {i: d for d, i in self.dest_id.items()}
-        self.multipath = self.mode != "static"
-        # switch -> (ecmp port set, primary port) -> group id
-        # switch -> its decision points' destinations
+        # switch -> (candidate port set, primary port) -> group id; switch -> its decision points' dests
         self.group_ids: dict[str, dict[tuple[tuple[int, ...], int], int]] = {}
         self._decision_dests: dict[str, list[str]] = {}
-        if self.multipath:
-            for sw, dest in self.table.decisions:
-                self._decision_dests.setdefault(sw, []).append(dest)
-                ports = self.table.ecmp_ports(sw, dest)
-                ids = self.group_ids.setdefault(sw, {})
-                for p in ports:
-                    ids.setdefault((ports, p), 0)
-            for ids in self.group_ids.values():
-                for i, key in enumerate(sorted(ids)):
-                    ids[key] = i + 1
+        for sw, dest in self.policy.decision_points():
+            self._decision_dests.setdefault(sw, []).append(dest)
+            ports = self.policy.candidates(sw, dest)
+            ids = self.group_ids.setdefault(sw, {})
+            for p in ports:
+                ids.setdefault((ports, p), 0)
+        for ids in self.group_ids.values():
+            for i, key in enumerate(sorted(ids)):
+                ids[key] = i + 1
+        #: datapaths with decision points: the only ones whose flow statistics mean anything
+        self.decision_dpids = frozenset(self.dpid(sw) for sw in self._decision_dests)
         self._slot_flows: dict[tuple[str, str, int, int], tuple[FlowIntent, ...]] = {}
         self.port_rates = CounterRates()
-        self.slot_rates = CounterRates(min_window_s=self.flow_window_s)
-        self.events: deque[RerouteEvent] = deque(maxlen=self.event_log_size)
-        self.reroutes: dict[str, int] = {"failure": 0, "recovery": 0, "congestion": 0, "manual": 0}
+        self.slot_rates = CounterRates(min_window_s=flow_window_s)
         self.decision_observers: list[Callable[[float], None]] = []
-        self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx)
+        self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx) bytes
+        self.last_slot_rates_bps: dict[tuple[str, str, int], float] = {}
+
+    @property
+    def routing(self) -> str:
+        return self.policy.name
 
     # ---- identity ------------------------------------------------------------------------------
     def switch_name(self, dpid: int) -> str | None:
@@ -205,7 +197,7 @@ class ControllerCore:
                 for (ports, p), gid in sorted(self.group_ids.get(switch, {}).items(), key=lambda kv: kv[1])]
 
     def _group(self, switch: str, dest: str, port: int) -> ToGroup:
-        return ToGroup(self.group_ids[switch][(self.table.ecmp_ports(switch, dest), port)])
+        return ToGroup(self.group_ids[switch][(self.policy.candidates(switch, dest), port)])
 
     def slot_flows(self, switch: str, dest: str, slot: int, port: int) -> tuple[FlowIntent, ...]:
         """Table-1 flows for one slot at one decision point (slot 0 also carries non-TCP/UDP).
@@ -219,7 +211,7 @@ class ControllerCore:
     def _build_slot_flows(self, switch: str, dest: str, slot: int, port: int) -> list[FlowIntent]:
         dpid = self.dpid(switch)
         meta = self.dest_id[dest]
-        value, mask = self.router.entropy.match(self.router.tier(switch), slot)
+        value, mask = self.policy.entropy.match(self.policy.tier(switch), slot)
         action = self._group(switch, dest, port)
         out = [
             FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, (("metadata", meta), ("eth_type", ETH_TYPE_IPV4),
@@ -245,22 +237,19 @@ class ControllerCore:
             ip = str(nic.ip)
             ipv4 = (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip))
             dest = nic.switch
+            action: Action
             if switch == dest:
-                out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, Output(nic.switch_port)))
-                out.append(self._arp_flow(dpid, ip, Output(nic.switch_port)))
+                action = Output(nic.switch_port)
+            elif not self.table.ecmp_ports(switch, dest):
                 continue
-            ports = self.table.ecmp_ports(switch, dest)
-            if not ports:
-                continue
-            if self.multipath and self.router.is_decision(switch, dest):
-                out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, ToEcmp(self.dest_id[dest])))
-                out.append(self._arp_flow(dpid, ip, ToEcmp(self.dest_id[dest])))
+            elif self.policy.is_decision(switch, dest):
+                action = ToEcmp(self.dest_id[dest])
             else:
-                port = static_port(ports, self.fabric.host_by_name[nic.host].index) if not self.multipath else ports[0]
-                out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, Output(port)))
-                out.append(self._arp_flow(dpid, ip, Output(port)))
+                action = Output(self.policy.port(switch, dest))
+            out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, action))
+            out.append(self._arp_flow(dpid, ip, action))
         for dest in self._decision_dests.get(switch, ()):
-            for slot, port in enumerate(self.router.slots[(switch, dest)]):
+            for slot, port in enumerate(self.policy.slots(switch, dest)):
                 out.extend(self.slot_flows(switch, dest, slot, port))
         return out
 
@@ -286,34 +275,29 @@ class ControllerCore:
         return Changes(dpid, g_add, g_mod, f_add, f_mod, f_del)
 
     # ---- events --------------------------------------------------------------------------------
-    def _apply(self, moves: list[SlotMove], started: float, now: float) -> list[Changes]:
+    def _apply(self, moves: list[SlotMove], started: float) -> list[Changes]:
         by_switch: dict[str, list[FlowIntent]] = {}
         for m in moves:
             by_switch.setdefault(m.switch, []).extend(self.slot_flows(m.switch, m.dest, m.slot, m.new_port))
         changes = [Changes(self.dpid(sw), flows_modify=tuple(fl)) for sw, fl in sorted(by_switch.items())]
-        took_us = (time.perf_counter() - started) * 1e6
         if moves:
+            took_us = (time.perf_counter() - started) * 1e6
             for observe in self.decision_observers:
                 observe(took_us)
-        for m in moves:
-            self.reroutes[m.cause] += 1
-            self.events.append(RerouteEvent(now, m.cause, m.switch, m.dest, m.slot, m.old_port, m.new_port, took_us))
         return changes
 
     def on_port_status(self, dpid: int, port: int, up: bool, now: float) -> list[Changes]:
         """A port's config or link state changed. Returns the changes for every switch affected."""
         started = time.perf_counter()
         name = self.switch_name(dpid)
-        if name is None or (name, port) not in self.router.capacity_bps:
+        if name is None or (name, port) not in self.policy.directed_links():
             return []
-        moves = self.router.on_link_change(name, port, up, now)
-        return self._apply(moves, started, now)
+        return self._apply(self.policy.on_link_change(name, port, up, now), started)
 
-    def on_port_counters(self, dpid: int, counters: dict[int, tuple[int, int, float]],
-                         ) -> dict[tuple[str, int], float]:
+    def on_port_counters(self, dpid: int, counters: dict[int, tuple[int, int, float]]) -> dict[tuple[str, int], float]:
         """Fold one switch's port counters in: port -> (tx bytes, rx bytes, the switch's own port
         duration in s). Rates use the switch's clock, so replies that reach a busy controller late
-        or bunched up do not distort them. Returns the egress rates (bytes/s) this reply gives."""
+        or bunched up do not distort them. Returns the egress rates (bits/s) this reply gives."""
         name = self.switch_name(dpid)
         rates: dict[tuple[str, int], float] = {}
         if name is None:
@@ -322,7 +306,7 @@ class ControllerCore:
             self.port_bytes[(name, port)] = (tx, rx)
             rate = self.port_rates.update((name, port), tx, duration_s)
             if rate is not None:
-                rates[(name, port)] = rate
+                rates[(name, port)] = rate * 8
         return rates
 
     def slot_of(self, switch: str, flow: FlowIntent) -> tuple[str, str, int] | None:
@@ -335,12 +319,12 @@ class ControllerCore:
         dest = self.dest_by_id.get(meta)
         if dest is None:
             return None
-        return (switch, dest, self.router.entropy.slot(self.router.tier(switch), src[0]))
+        return (switch, dest, self.policy.entropy.slot(self.policy.tier(switch), src[0]))
 
     def on_flow_counters(self, dpid: int, counters: list[tuple[FlowIntent, int, float]]
                          ) -> dict[tuple[str, str, int], float]:
         """Fold one switch's table-1 flow counters in: (flow, bytes, the flow's own duration in s).
-        Returns per-slot rates (bytes/s)."""
+        Returns per-slot rates (bits/s) and remembers them as the last known slot rates."""
         name = self.switch_name(dpid)
         rates: dict[tuple[str, str, int], float] = {}
         if name is None:
@@ -351,65 +335,55 @@ class ControllerCore:
                 continue
             rate = self.slot_rates.update((name, flow.key), n_bytes, duration_s)
             if rate is not None:
-                rates[slot] = rates.get(slot, 0.0) + rate
+                rates[slot] = rates.get(slot, 0.0) + rate * 8
+        self.last_slot_rates_bps.update(rates)
         return rates
 
-    def on_loads(self, port_rates: dict[tuple[str, int], float], slot_rates: dict[tuple[str, str, int], float],
-                 now: float) -> list[Changes]:
-        """New load figures: the router may move slots off hot links."""
+    def on_loads(self, port_rates_bps: dict[tuple[str, int], float], now: float) -> list[Changes]:
+        """New port rates (and the last known slot rates): the policy may move slots off hot links."""
         started = time.perf_counter()
-        moves = self.router.observe(port_rates, slot_rates, now)
-        return self._apply(moves, started, now)
+        return self._apply(self.policy.on_loads(port_rates_bps, self.last_slot_rates_bps, now), started)
 
     def on_manual_move(self, switch: str, dest: str, slot: int, port: int, now: float) -> list[Changes]:
         """An operator puts one slot on a chosen next hop (a planned, lossless move)."""
         started = time.perf_counter()
-        if not self.multipath:
-            raise FabriclabError("slots can only be moved in the ecmp and adaptive modes")
-        move = self.router.move(switch, dest, slot, port)
-        return self._apply([move] if move else [], started, now)
+        if not self.policy.multipath:
+            raise RoutingError(f"slots can only be moved under a multipath routing, not {self.routing!r}")
+        move = self.policy.move(switch, dest, slot, port, now)
+        return self._apply([move] if move else [], started)
 
     def flow_stats_wanted(self) -> set[int]:
-        """Datapaths whose per-slot rates the router needs now: the decision points whose paths
+        """Datapaths whose per-slot rates the policy needs now: the decision points whose paths
         cross a hot link (flow statistics are costly for a userspace switch, so they are asked
         for on demand rather than polled fast everywhere)."""
-        r = self.router
-        return {self.dpid(sw) for link, load in r.loads.items() if load.hot
-                for sw, dest, _ in self.table.crossing(*link) if (sw, dest) in r.base}
+        p = self.policy
+        return {self.dpid(sw) for link in p.hot_links()
+                for sw, dest, _ in self.table.crossing(*link) if p.is_decision(sw, dest)}
 
-    # ---- state for the REST API ----------------------------------------------------------------
-    def paths(self, src: str, dst: str, src_port: int | None = None) -> list[dict[str, Any]]:
+    # ---- queries -------------------------------------------------------------------------------
+    def paths(self, src: str, dst: str, src_port: int | None = None, offset: int = 0,
+              limit: int = 256) -> list[dict[str, object]]:
         """Current paths from host `src` to host `dst` in each shared plane: for a given source port
-        the single path it takes, otherwise every path any slot uses."""
-        out = []
+        the single path it takes, otherwise the distinct paths the slots use (one source port per
+        combination of slots at the deciding tiers, `offset`/`limit` paging over those ports)."""
+        out: list[dict[str, object]] = []
+        ports = [src_port] if src_port is not None else self.representative_ports()[offset:offset + limit]
         for s_nic in self.fabric.nics_of[src]:
             d_nics = [n for n in self.fabric.nics_of[dst] if n.plane == s_nic.plane]
             if not d_nics:
                 continue
-            d_nic = d_nics[0]
-            ports = [src_port] if src_port is not None else self._representative_ports()
             seen: list[list[str]] = []
             for sp in ports:
-                hops = [src, s_nic.switch]
-                node = s_nic.switch
-                while node != d_nic.switch and len(hops) < 32:
-                    if not self.multipath:
-                        nxt = static_port(self.table.ecmp_ports(node, d_nic.switch),
-                                          self.fabric.host_by_name[dst].index)
-                    else:
-                        nxt = self.router.port_for(node, d_nic.switch, sp)
-                    node = self.table.peer(node, nxt)[0]
-                    hops.append(node)
-                hops.append(dst)
+                hops = list(self.policy.path(s_nic, d_nics[0], sp))
                 if hops not in seen:
                     seen.append(hops)
-            out.append({"plane": s_nic.plane, "src_ip": str(s_nic.ip), "dst_ip": str(d_nic.ip), "paths": seen})
+            out.append({"plane": s_nic.plane, "src_ip": str(s_nic.ip), "dst_ip": str(d_nics[0].ip), "paths": seen})
         return out
 
-    def _representative_ports(self) -> list[int]:
-        """One source port per combination of slots at the tiers that decide (bounded)."""
-        plan = self.router.entropy
+    def representative_ports(self) -> list[int]:
+        """One source port per combination of slots at the tiers that decide."""
+        plan = self.policy.entropy
         combos: list[dict[int, int]] = [{}]
         for tier in sorted(plan.fields):
-            combos = [{**c, tier: s} for c in combos for s in range(plan.slots(tier))][:256]
+            combos = [{**c, tier: s} for c in combos for s in range(plan.slots(tier))]
         return [plan.src_port_for(c) for c in combos]

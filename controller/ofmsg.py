@@ -125,3 +125,7 @@ def group_from_stats(stat: Any) -> tuple[int, tuple[int, ...]]:
 def port_is_up(port: Any) -> bool:
     """Up only if neither administratively down (config) nor without link (state)."""
     return not (port.config & ofp.OFPPC_PORT_DOWN) and not (port.state & ofp.OFPPS_LINK_DOWN)
+
+
+def port_desc_request() -> Any:
+    return parser.OFPPortDescStatsRequest(None, 0)

@@ -1,18 +1,20 @@
-"""Start and stop the controller as a child process (by PID, never by name)."""
+"""Start, supervise and stop the controller as a child process (by PID, never by name)."""
 from __future__ import annotations
 
 import json
 import os
-import urllib.request
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
-from fabric.errors import EmulationError
+from fabric.errors import DeadlineError, EmulationError
+from fabric.polling import wait_until
 
 
 def free_port() -> int:
@@ -22,7 +24,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -31,15 +33,16 @@ def _listening(port: int) -> bool:
 class ControllerProcess:
     """`python -m controller` for one topology file, logging to `log_path`."""
 
-    def __init__(self, topology: Path, log_path: Path, port: int | None = None, mode: str = "adaptive",
+    def __init__(self, topology: Path, log_path: Path, port: int | None = None, routing: str = "adaptive",
                  rest_port: int | None = None, extra_args: list[str] | None = None) -> None:
         self.topology = topology
         self.log_path = log_path
         self.port = port or free_port()
         self.rest_port = rest_port or free_port()
-        self.mode = mode
+        self.routing = routing
         self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen[bytes] | None = None
+        self.started_s: float | None = None  # monotonic time of the last start
 
     @property
     def pid(self) -> int | None:
@@ -48,24 +51,26 @@ class ControllerProcess:
     def start(self, timeout_s: float = 20.0) -> "ControllerProcess":
         cmd = [
             sys.executable, "-m", "controller",
-            "--topology", str(self.topology), "--mode", self.mode, "--port", str(self.port),
+            "--topology", str(self.topology), "--routing", self.routing, "--port", str(self.port),
             "--rest-port", str(self.rest_port), *self.extra_args,
         ]
-        log = open(self.log_path, "ab")
-        try:
+        with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
-        finally:
-            log.close()
-        deadline = time.monotonic() + timeout_s
-        while not (_listening(self.port) and _listening(self.rest_port)):
-            if self.proc.poll() is not None:
-                raise EmulationError(f"the controller exited with code {self.proc.returncode}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise EmulationError(f"the controller did not listen on 127.0.0.1:{self.port} within {timeout_s:g} s")
-            time.sleep(0.05)
+        self.started_s = time.monotonic()
+        proc = self.proc
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise EmulationError(f"the controller exited with code {proc.returncode}:\n{self.log_tail()}")
+            return listening(self.port) and listening(self.rest_port)
+
+        try:
+            wait_until(f"the controller to listen on 127.0.0.1:{self.port}", ready, timeout_s)
+        except DeadlineError:
+            self.stop()
+            raise
         return self
 
     def get(self, path: str, timeout_s: float = 5.0) -> Any:
@@ -73,14 +78,34 @@ class ControllerProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.rest_port}{path}", timeout=timeout_s) as resp:
             return json.load(resp)
 
+    def post(self, path: str, body: dict[str, Any], timeout_s: float = 5.0) -> Any:
+        """POST JSON to the REST API; a 4xx answer raises EmulationError with its message."""
+        req = urllib.request.Request(f"http://127.0.0.1:{self.rest_port}{path}", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+                return json.load(resp)
+        except urllib.error.HTTPError as e:
+            raise EmulationError(f"POST {path}: {e.code} {e.read().decode(errors='replace')[-300:]}") from None
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
 
     def log_tail(self, lines: int = 20) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no controller log)"
+
+    def kill(self) -> None:
+        """SIGKILL the controller (for fault tests: the data plane must keep forwarding)."""
+        if self.alive() and self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         proc = self.proc

@@ -48,6 +48,16 @@ class _Wiring:
         self._next_port[b] += 1
         self.links.append(Link(ea, eb, float(rate_gbps)))
 
+    def fabric(self, name: str, planes: list[str], hosts: list[str]) -> Fabric:
+        """The one way every builder assembles (and so validates) its Fabric."""
+        return Fabric(
+            name=name,
+            planes=_planes(planes),
+            switches=tuple(self.switches),
+            hosts=tuple(Host(n, i) for i, n in enumerate(hosts)),
+            links=tuple(self.links),
+        )
+
 
 def _positive(name: str, value: float) -> None:
     if not value > 0:
@@ -118,13 +128,7 @@ def dual_plane(
         _leaf_spine_plane(
             w, plane, host_names, hosts_per_leaf, spines_per_plane, nic_rate_gbps, oversubscription, plane_kind
         )
-    return Fabric(
-        name=name or f"dual-plane-{hosts}",
-        planes=_planes(["A", "B"]),
-        switches=tuple(w.switches),
-        hosts=tuple(Host(n, i) for i, n in enumerate(host_names)),
-        links=tuple(w.links),
-    )
+    return w.fabric(name or f"dual-plane-{hosts}", ["A", "B"], host_names)
 
 
 def leaf_spine(
@@ -142,13 +146,7 @@ def leaf_spine(
     w = _Wiring()
     host_names = [w.host(f"h{i}") for i in range(hosts)]
     _leaf_spine_plane(w, "A", host_names, hosts_per_leaf, spines, nic_rate_gbps, oversubscription, "clos")
-    return Fabric(
-        name=name or f"leaf-spine-{hosts}",
-        planes=_planes(["A"]),
-        switches=tuple(w.switches),
-        hosts=tuple(Host(n, i) for i, n in enumerate(host_names)),
-        links=tuple(w.links),
-    )
+    return w.fabric(name or f"leaf-spine-{hosts}", ["A"], host_names)
 
 
 def pyramid(
@@ -195,13 +193,7 @@ def pyramid(
                 w.link(tor, agg, tor_up_gbps)
     for k, host in enumerate(host_names):
         w.link(host, tor_names[k // hosts_per_tor], nic_rate_gbps)
-    return Fabric(
-        name=name or f"pyramid-{hosts}",
-        planes=_planes(["A"]),
-        switches=tuple(w.switches),
-        hosts=tuple(Host(n, i) for i, n in enumerate(host_names)),
-        links=tuple(w.links),
-    )
+    return w.fabric(name or f"pyramid-{hosts}", ["A"], host_names)
 
 
 BUILDERS: dict[str, Callable[..., Fabric]] = {

@@ -16,3 +16,11 @@ class UnsupportedError(FabriclabError):
 
 class EmulationError(FabriclabError):
     """Bringing up, checking or tearing down the emulated fabric failed."""
+
+
+class RoutingError(FabriclabError):
+    """A routing mode, policy or move that cannot be honoured; the message names it."""
+
+
+class DeadlineError(FabriclabError):
+    """Something polled for did not happen before its deadline; the message says what."""

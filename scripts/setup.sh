@@ -91,6 +91,6 @@ extras="."
 [ "$want_test" -eq 1 ] && extras=".[test]"
 log "installing fabriclab into $venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -e "$here/$extras"
-"$venv/bin/python" -c "import mininet.net, os_ken, fabric, controller, traffic" \
+"$venv/bin/python" -c "import mininet.net, os_ken, fabric, controller, traffic, fabriclab" \
   || { echo "setup.sh: the environment cannot import mininet/os_ken/fabriclab" >&2; exit 1; }
 log "ready: $venv/bin/fabriclab"

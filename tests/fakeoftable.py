@@ -157,3 +157,47 @@ class FakeFabric:
     def links_of(self, src_host: str, src_nic: int, path: list[str]) -> set[frozenset[str]]:
         nodes = [src_host] + path
         return {frozenset(pair) for pair in zip(nodes, nodes[1:])}
+
+
+def _wire_match(fields: dict[str, Any]) -> Any:
+    """An OFPMatch as a switch's reply would carry it: serialised and parsed back."""
+    buf = bytearray()
+    parser.OFPMatch(**fields).serialize(buf, 0)
+    return parser.OFPMatch.parser(bytes(buf), 0)
+
+
+@dataclass
+class FlowStat:
+    """The fields of an OFPFlowStats entry that the controller reads."""
+
+    table_id: int
+    priority: int
+    match: Any
+    instructions: list[Any]
+    cookie: int
+    byte_count: int = 0
+    duration_sec: int = 0
+    duration_nsec: int = 0
+
+
+def apply_out(fake: FakeFabric, out: list[tuple[int, Any]]) -> list[Any]:
+    """Apply (dpid, message) pairs from `controller.sync` to the fake switches; return the requests
+    (stats, barriers) the controller asked for, in order."""
+    requests = []
+    for dpid, msg in out:
+        if isinstance(msg, (parser.OFPGroupMod, parser.OFPFlowMod)):
+            fake.switches[fake.fabric.switch_by_dpid[dpid].name].apply(msg)
+        else:
+            requests.append((dpid, msg))
+    return requests
+
+
+def group_desc(fake: FakeFabric, switch: str) -> list[tuple[int, tuple[int, ...]]]:
+    """What a group-desc reply says: group id -> watched ports in bucket order."""
+    return [(gid, tuple(ports)) for gid, ports in sorted(fake.switches[switch].groups.items())]
+
+
+def flow_stats(fake: FakeFabric, switch: str, cookie: int) -> list[FlowStat]:
+    """A flow-stats reply for the flows with `cookie`, matches as they come off the wire."""
+    return [FlowStat(e.table, e.priority, _wire_match(e.match), e.instructions, e.cookie)
+            for e in fake.switches[switch].entries if e.cookie == cookie]

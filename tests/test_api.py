@@ -5,29 +5,27 @@ import threading
 
 from controller.api import create_app
 from controller.core import ControllerCore
+from controller.state import ControllerState
+from controller.sync import DatapathSync
 from fabric import topofile
 
 
 class _Ctl:
-    """The parts of the os-ken app the API reads."""
+    """What the os-ken app gives the state view: switch sessions (all synced here), a lock, a sender."""
 
     def __init__(self, core):
-        self.core = core
+        self.sessions = {s.dpid: DatapathSync(core, s.dpid, state="synced") for s in core.fabric.switches}
         self.lock = threading.RLock()
-        self.dps = {s.dpid: object() for s in core.fabric.switches}
-        self.synced = {s.dpid: 0.0 for s in core.fabric.switches}
-        self.connects = {s.dpid: 1 for s in core.fabric.switches}
         self.sent = []
-        self.slot_rates = {}
 
     def send_changes(self, changes):
         self.sent.extend(changes)
 
 
-def client(mode="adaptive", with_ctl=False):
-    core = ControllerCore(topofile.load("dual-plane-16"), mode, rate_scale=1e-4)
+def client(routing="adaptive", with_ctl=False):
+    core = ControllerCore(topofile.load("dual-plane-16"), routing, rate_scale=1e-4)
     ctl = _Ctl(core)
-    api, _ = create_app(ctl)
+    api, _ = create_app(ControllerState(core, ctl.sessions, ctl.lock, ctl.send_changes))
     return (core, api.test_client(), ctl) if with_ctl else (core, api.test_client())
 
 
@@ -45,7 +43,7 @@ def test_paths_follow_the_documented_entropy_rule():
 def test_status_topology_links_and_events():
     core, c = client()
     status = c.get("/api/status").get_json()
-    assert status["mode"] == "adaptive" and len(status["synced"]) == 12
+    assert status["routing"] == "adaptive" and len(status["synced"]) == 12
     assert len(c.get("/api/topology").get_json()["hosts"]) == 16
     links = c.get("/api/links").get_json()
     # every switch port is a directed link: 8 leaves x (2 uplinks + 4 hosts) + 4 spines x 4 leaves = 64
@@ -66,7 +64,7 @@ def test_metrics_expose_ports_utilisation_reroutes_and_decision_latency():
     text = c.get("/metrics").get_data(as_text=True)
     assert 'fabriclab_port_tx_bytes_total{port="1",switch="leafA0"} 1000.0' in text
     assert 'fabriclab_link_up{port="4",switch="spineA0"} 0.0' in text
-    n_failures = core.reroutes["failure"]
+    n_failures = core.policy.reroutes()["failure"]
     assert n_failures > 0 and f'fabriclab_reroutes_total{{cause="failure"}} {float(n_failures)}' in text
     assert "fabriclab_decision_seconds_count 1.0" in text
     assert "fabriclab_link_utilisation{" in text

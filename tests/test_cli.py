@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(*args, check=True):
-    res = subprocess.run([sys.executable, "-m", "fabric.cli", *args], cwd=ROOT, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-m", "fabriclab.cli", *args], cwd=ROOT, capture_output=True, text=True)
     if check:
         assert res.returncode == 0, res.stderr
     return res

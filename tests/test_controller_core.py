@@ -143,7 +143,7 @@ def test_remote_failure_black_holes_under_ecmp_and_is_avoided_fabric_wide_under_
         if mode == "ecmp":
             assert drops > 0
         else:
-            assert core.reroutes["failure"] > 0 and drops == 0
+            assert core.policy.reroutes()["failure"] > 0 and drops == 0
 
 
 def test_fabric_wide_failover_in_the_pyramid_steers_aggregation_away_from_a_cut_off_core():
@@ -177,60 +177,64 @@ def test_recovery_restores_the_original_paths():
     _fail(fab, core, fake, "spineA0", 4, 2.0, up=True)
     _fail(fab, core, fake, "leafA0", 2, 2.1, up=True)
     assert paths() == before
-    assert core.reroutes["recovery"] > 0
+    assert core.policy.reroutes()["recovery"] > 0
 
 
 def test_hot_link_sheds_its_heaviest_slot_to_the_least_loaded_alternative():
-    # leaf-spine-16 at 0.1 Mbit/s per Gbit/s: a 400G uplink is 40 Mbit/s = 5e6 bytes/s.
+    # leaf-spine-16 at 0.1 Mbit/s per Gbit/s: a 400G uplink is 40 Mbit/s (5e6 bytes/s).
     # leafA0's uplinks: port 1 -> spineA0 ... port 4 -> spineA3. Towards leafA3, slot s uses
     # port (s mod 4) + 1, so slots 0, 4, 8, 12 share port 1.
     fab, core, fake = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
-    cap = 400e9 / 8 * 1e-4
+    cap = 400e9 * 1e-4  # bits/s
+    cap_bytes = cap / 8
     dpid = fab.switch_by_name["leafA0"].dpid
     util = {1: 0.95, 2: 0.5, 3: 0.2, 4: 0.6}
     # counters as (tx bytes, rx bytes, the port's duration on the switch's clock)
     core.on_port_counters(dpid, {p: (0, 0, 5.0) for p in util})
-    rates = core.on_port_counters(dpid, {p: (int(u * cap * 0.1), 0, 5.1) for p, u in util.items()})
+    rates = core.on_port_counters(dpid, {p: (int(u * cap_bytes * 0.1), 0, 5.1) for p, u in util.items()})
     assert rates[("leafA0", 1)] == pytest.approx(0.95 * cap, rel=1e-6)
     slot_load = {0: 0.1, 4: 0.3, 8: 0.05}  # slot 4 is the heaviest on port 1
     flows = {s: core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in slot_load}
     core.on_flow_counters(dpid, [(f, 0, 3.0) for f in flows.values()])
-    slots = core.on_flow_counters(dpid, [(flows[s], int(u * cap * 0.1), 3.1) for s, u in slot_load.items()])
+    slots = core.on_flow_counters(dpid, [(flows[s], int(u * cap_bytes * 0.1), 3.1) for s, u in slot_load.items()])
     assert slots[("leafA0", "leafA3", 4)] == pytest.approx(0.3 * cap, rel=1e-6)
 
     ip = str(fab.nic("h12", "A").ip)
     assert fake.trace("h0", 0, tcp(ip, 49152 + 2 * 4))[1] == "spineA0"
-    changes = core.on_loads(rates, slots, 0.1)
+    changes = core.on_loads(rates, 0.1)
     fake.apply(changes)
     # port 3 (spineA2) had the most room: 0.2 + 0.3 = 0.5 of capacity afterwards
     assert fake.trace("h0", 0, tcp(ip, 49152 + 2 * 4))[1] == "spineA2"
     assert fake.trace("h0", 0, udp(ip, 49152 + 2 * 4))[1] == "spineA2"
     assert fake.trace("h0", 0, tcp(ip, 49152 + 2 * 0))[1] == "spineA0"  # the others stay
-    assert [(e.cause, e.slot, e.old_port, e.new_port) for e in core.events] == [("congestion", 4, 1, 3)]
+    assert [(m.cause, m.slot, m.old_port, m.new_port) for e in core.policy.events() for m in e.moves] == [
+        ("congestion", 4, 1, 3)]
     # within the hold-down nothing more moves at that decision point, even if still hot
-    assert core.on_loads(rates, slots, 0.15) == []
+    assert core.on_loads(rates, 0.15) == []
 
 
 def test_hysteresis_keeps_a_link_hot_until_it_cools_below_the_low_mark():
     fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
-    cap = 400e9 / 8 * 1e-4
+    cap = 400e9 * 1e-4
     link = ("leafA0", 1)
-    r = core.router
-    r.observe({link: 0.95 * cap}, {}, 0.0)
-    assert r.loads[link].hot
-    r.observe({link: 0.65 * cap}, {}, 0.1)  # EWMA 0.5: (0.95 + 0.65) / 2 = 0.8 -> still hot
-    assert r.loads[link].hot
-    r.observe({link: 0.3 * cap}, {}, 0.2)  # (0.8 + 0.3) / 2 = 0.55 < 0.7 -> cool
-    assert not r.loads[link].hot
+    r = core.policy
+    r.on_loads({link: 0.95 * cap}, {}, 0.0)
+    assert link in r.hot_links()
+    r.on_loads({link: 0.65 * cap}, {}, 0.1)  # EWMA 0.5: (0.95 + 0.65) / 2 = 0.8 -> still hot
+    assert link in r.hot_links() and r.utilisation(link) == pytest.approx(0.8)
+    r.on_loads({link: 0.3 * cap}, {}, 0.2)  # (0.8 + 0.3) / 2 = 0.55 < 0.7 -> cool
+    assert link not in r.hot_links()
 
 
 @pytest.mark.parametrize("mode", ["static", "ecmp"])
 def test_baseline_modes_do_not_react(mode):
     fab, core, _ = programmed("leaf-spine-16", mode, rate_scale=1e-4)
-    cap = 400e9 / 8 * 1e-4
+    cap = 400e9 * 1e-4
     assert core.on_port_status(fab.switch_by_name["spineA0"].dpid, 4, False, 1.0) == []
-    assert core.on_loads({("leafA0", 1): cap}, {("leafA0", "leafA3", 0): cap}, 1.0) == []
-    assert sum(core.reroutes.values()) == 0
+    core.last_slot_rates_bps[("leafA0", "leafA3", 0)] = cap
+    core.last_slot_rates_bps[("leafA0", "leafA3", 4)] = cap
+    assert core.on_loads({("leafA0", 1): cap}, 1.0) == []
+    assert sum(core.policy.reroutes().values()) == 0 and core.policy.events() == ()
 
 
 def test_resync_sends_only_the_difference():
@@ -256,7 +260,7 @@ def test_resync_sends_only_the_difference():
 
 
 def test_unsupported_mode_is_an_error():
-    with pytest.raises(FabriclabError, match="routing mode 'magic' is not supported"):
+    with pytest.raises(FabriclabError, match="routing 'magic' is not a built-in mode"):
         ControllerCore(topofile.load("leaf-spine-16"), "magic")
 
 
@@ -310,21 +314,21 @@ def test_messages_serialise_to_openflow13_and_parse_back():
 
 def test_congestion_moves_spread_elephants_and_leave_a_lone_elephant_alone():
     fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
-    cap = 400e9 / 8 * 1e-4
-    r = core.router
+    cap = 400e9 * 1e-4
+    r = core.policy
     ports = {("leafA0", p): u * cap for p, u in {1: 1.0, 2: 0.9, 3: 0.2, 4: 0.9}.items()}
     # towards leafA3, port 1 carries slots 0, 4, 8, 12; port 2 slots 1, 5, 9, 13; port 4 slots 3, 7, ...
     # one elephant (slot 4) and a mouse (slot 8, 0.03 < 0.05) on port 1: nothing a move can fix
     slots = {("leafA0", "leafA3", 4): 0.9 * cap, ("leafA0", "leafA3", 8): 0.03 * cap,
              ("leafA0", "leafA3", 1): 0.9 * cap, ("leafA0", "leafA3", 3): 0.9 * cap}
-    assert r.observe(ports, slots, 1.0) == []
+    assert r.on_loads(ports, slots, 1.0) == []
     # a second elephant (slot 0) joins port 1: one of the two moves to port 3 (spineA2), the only
     # path without an elephant; ports 2 and 4 already have one each
     slots[("leafA0", "leafA3", 0)] = 0.5 * cap
-    (move,) = r.observe(ports, slots, 2.0)
+    (move,) = r.on_loads(ports, slots, 2.0)
     assert (move.old_port, move.new_port) == (1, 3) and move.slot in (0, 4)
     # afterwards every uplink has one elephant: no further move, however hot port 1 stays
-    assert r.observe(ports, slots, 5.0) == []
+    assert r.on_loads(ports, slots, 5.0) == []
 
 
 def test_counter_rates_respect_the_minimum_window():
@@ -353,4 +357,5 @@ def test_slot_rates_of_different_switches_are_kept_apart():
     core.on_flow_counters(d1, [(f1, 5_000_000, 1.0)])
     r0 = core.on_flow_counters(d0, [(f0, 1000, 2.0)])
     r1 = core.on_flow_counters(d1, [(f1, 5_004_000, 2.0)])
-    assert r0 == {("leafA0", "leafA3", 0): 1000.0} and r1 == {("leafA1", "leafA3", 0): 4000.0}
+    # 1000 and 4000 bytes in one second: 8000 and 32000 bits/s
+    assert r0 == {("leafA0", "leafA3", 0): 8000.0} and r1 == {("leafA1", "leafA3", 0): 32000.0}

@@ -1,48 +1,72 @@
 """A paced UDP probe with sequence numbers, for measuring outages as lost-sequence spans.
 
-    python -m traffic.probe recv --bind 198.18.0.16 --port 9000 --out result.json [--idle-s 2]
-    python -m traffic.probe send --dst 198.18.0.16 --port 9000 --sport 49152 --rate 5000 --seconds 10
+    python -m traffic.probe recv --bind 198.18.0.16 --port 9000 --out recv.json --ready-file ready
+    python -m traffic.probe send --dst 198.18.0.16 --port 9000 --sport 49152 --rate-pps 5000 --seconds 10 \
+        --out send.json
 
-The sender paces packets at `--rate` per second from a fixed source port (so its ECMP path is fixed,
-see fabric.routing.entropy); each carries a 64-bit sequence number. The receiver writes which
-sequence numbers arrived, summarised as lost spans, when the sender's end marker arrives or after
-`--idle-s` without packets. An outage of a path shows up as one span of lost sequence numbers;
-divided by the rate it is the outage's length, independent of receiver scheduling gaps.
+The sender sends packet `seq` at `t0 + seq / rate` (an absolute schedule on CLOCK_MONOTONIC, with
+1 ns timer slack, so a late wake-up is caught up, not accumulated) from a fixed source port (so its
+ECMP path is fixed, see fabric.routing.entropy). Each packet carries its sequence number and its
+send time. CLOCK_MONOTONIC is shared by every process of the machine, so the time a packet was
+*due* can be compared with the time a fault was injected: loss is attributed to the window of the
+event under test, and the rest is background.
+
+The receiver (32 MB socket buffer, forced as root, so that a receiver stalled for tens of ms loses
+nothing) records which sequence numbers arrived and their one-way latency, and writes its result
+when the sender's end marker arrives, after `--idle-s` without packets, or on SIGTERM/SIGINT.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import os
 import signal
 import socket
 import struct
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-HEADER = struct.Struct("!QQ")  # sequence number, magic / end marker
+HEADER = struct.Struct("!QQQ")  # sequence number, magic or end marker, send time (CLOCK_MONOTONIC ns)
 MAGIC = 0xFAB1AB00
 END = 0xFAB1ABFF
 PAYLOAD_BYTES = 64
+RCVBUF_BYTES = 32 << 20
+PR_SET_TIMERSLACK = 29
+SO_RCVBUFFORCE = 33  # Linux; not exported by Python's socket module
 
 
 @dataclass(frozen=True)
-class ProbeResult:
-    expected: int  # packets the sender said it sent (0 if the end marker never arrived)
+class SendResult:
+    t0_s: float  # monotonic time packet 0 was due
+    rate_pps: float
+    sent: int  # packets handed to the kernel
+    send_errors: tuple[int, ...]  # sequence numbers the kernel refused (e.g. ENOBUFS): never left the host
+    late_max_ms: float  # how late the sender was against its schedule, at worst
+    late_over_5ms: int  # packets sent more than 5 ms late
+
+
+@dataclass(frozen=True)
+class RecvResult:
+    expected: int  # packets the sender said it sent (0 if no end marker arrived)
     received: int
     duplicates: int
-    lost: int
-    lost_spans: list[tuple[int, int]]  # [first, last] lost sequence numbers, inclusive
+    lost_spans: tuple[tuple[int, int], ...]  # [first, last] lost sequence numbers, inclusive
+    latency_ms: dict[str, float] = field(default_factory=dict)  # p50, p99, max one-way latency
+
+    @property
+    def lost(self) -> int:
+        return sum(b - a + 1 for a, b in self.lost_spans)
 
     @property
     def longest_span(self) -> int:
         return max((b - a + 1 for a, b in self.lost_spans), default=0)
 
 
-def summarise(seen: bytearray, expected: int, duplicates: int) -> ProbeResult:
-    """Lost spans among sequence numbers [0, expected) given a per-sequence 'seen' bitmap."""
-    n = expected or len(seen)
+def lost_spans(seen: bytearray, n: int) -> tuple[tuple[int, int], ...]:
+    """Spans of sequence numbers in [0, n) not marked in `seen`."""
     spans: list[tuple[int, int]] = []
     start = None
     for i in range(n):
@@ -54,77 +78,136 @@ def summarise(seen: bytearray, expected: int, duplicates: int) -> ProbeResult:
             start = None
     if start is not None:
         spans.append((start, n - 1))
+    return tuple(spans)
+
+
+def summarise(seen: bytearray, expected: int, duplicates: int, latencies_ms: list[float] | None = None) -> RecvResult:
+    """Lost spans among sequence numbers [0, expected) given a per-sequence 'seen' bitmap."""
+    n = expected or len(seen)
     received = sum(seen[:n])
-    return ProbeResult(expected, received, duplicates, n - received, spans)
+    lat: dict[str, float] = {}
+    if latencies_ms:
+        xs = sorted(latencies_ms)
+        lat = {"p50": xs[len(xs) // 2], "p99": xs[min(len(xs) - 1, int(0.99 * len(xs)))], "max": xs[-1]}
+    return RecvResult(expected, received, duplicates, lost_spans(seen, n), lat)
 
 
-def receive(bind: str, port: int, idle_s: float, max_packets: int = 50_000_000) -> ProbeResult:
+class _Stop(Exception):
+    pass
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise _Stop(f"signal {signum}")
+
+
+def _timer_slack_1ns() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
+    except OSError:
+        pass  # not Linux/glibc: the default 50 us slack only makes the pacing coarser
+
+
+def receive(bind: str, port: int, idle_s: float, ready_file: str | None = None,
+            max_packets: int = 50_000_000) -> RecvResult:
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF_BYTES)
+    except PermissionError:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
     sock.bind((bind, port))
     sock.settimeout(idle_s)
+    if ready_file:
+        with open(ready_file, "w") as f:
+            f.write(str(os.getpid()))
     seen = bytearray()
-    expected = 0
-    duplicates = 0
+    expected = duplicates = 0
     started = False
-    while True:
-        try:
-            data = sock.recv(2048)
-        except socket.timeout:
-            if started:
+    latencies: list[float] = []
+    try:
+        while True:
+            try:
+                data = sock.recv(2048)
+            except socket.timeout:
+                if started:
+                    break
+                continue
+            now_ns = time.monotonic_ns()
+            if len(data) < HEADER.size:
+                continue
+            seq, marker, sent_ns = HEADER.unpack_from(data)
+            if marker == END:
+                expected = seq
                 break
-            continue
-        except InterruptedError:
-            break
-        if len(data) < HEADER.size:
-            continue
-        seq, marker = HEADER.unpack_from(data)
-        if marker == END:
-            expected = seq
-            break
-        if marker != MAGIC or seq >= max_packets:
-            continue
-        started = True
-        if seq >= len(seen):
-            seen.extend(bytes(seq + 1 - len(seen) + 4096))
-        if seen[seq]:
-            duplicates += 1
-        seen[seq] = 1
-    sock.close()
-    return summarise(seen, expected, duplicates)
+            if marker != MAGIC or seq >= max_packets:
+                continue
+            started = True
+            if seq >= len(seen):
+                seen.extend(bytes(seq + 1 - len(seen) + 4096))
+            if seen[seq]:
+                duplicates += 1
+            seen[seq] = 1
+            latencies.append((now_ns - sent_ns) / 1e6)
+    except _Stop:
+        pass
+    finally:
+        sock.close()
+    return summarise(seen, expected, duplicates, latencies)
 
 
-def send(dst: str, port: int, sport: int, rate: float, seconds: float, bind: str = "") -> int:
+def send(dst: str, port: int, sport: int, rate_pps: float, seconds: float, bind: str = "",
+         start_file: str | None = None) -> SendResult:
+    _timer_slack_1ns()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((bind, sport))
     payload = bytearray(PAYLOAD_BYTES)
-    total = int(rate * seconds)
-    gap = 1.0 / rate
-    t0 = time.perf_counter()
-    for seq in range(total):
-        due = t0 + seq * gap
-        while True:
-            left = due - time.perf_counter()
-            if left <= 0:
-                break
-            if left > 0.0003:
-                time.sleep(left - 0.0002)
-        HEADER.pack_into(payload, 0, seq, MAGIC)
-        try:
-            sock.sendto(payload, (dst, port))
-        except OSError:
-            pass  # e.g. ENOBUFS: the packet is lost like any other
-    for _ in range(20):  # the end marker, repeated: it may meet the same outage
-        HEADER.pack_into(payload, 0, total, END)
-        sock.sendto(payload, (dst, port))
-        time.sleep(0.005)
-    sock.close()
-    return total
+    total = int(rate_pps * seconds)
+    gap_ns = 1e9 / rate_pps
+    errors: list[int] = []
+    late_max_ns = 0
+    late_over = 0
+    t0_ns = time.monotonic_ns() + 1_000_000  # 1 ms from now: everything below is warm by then
+    if start_file:
+        with open(start_file, "w") as f:
+            f.write(repr(t0_ns / 1e9))
+    try:
+        for seq in range(total):
+            due = t0_ns + int(seq * gap_ns)
+            now = time.monotonic_ns()
+            while now < due:
+                left = due - now
+                if left > 300_000:
+                    time.sleep((left - 200_000) / 1e9)
+                now = time.monotonic_ns()
+            late = now - due
+            late_max_ns = max(late_max_ns, late)
+            late_over += late > 5_000_000
+            HEADER.pack_into(payload, 0, seq, MAGIC, now)
+            try:
+                sock.sendto(payload, (dst, port))
+            except OSError:
+                errors.append(seq)
+        for _ in range(20):  # the end marker, repeated: it may meet the same outage
+            HEADER.pack_into(payload, 0, total, END, time.monotonic_ns())
+            try:
+                sock.sendto(payload, (dst, port))
+            except OSError:
+                pass
+            time.sleep(0.005)
+    finally:
+        sock.close()
+    return SendResult(t0_ns / 1e9, rate_pps, total - len(errors), tuple(errors), late_max_ns / 1e6, late_over)
 
 
-def _stop_receiving(signum: int, frame: Any) -> None:
-    """SIGTERM ends the receive loop; the result so far is still written."""
-    raise InterruptedError(f"signal {signum}")
+def _write(path: str | None, data: dict[str, Any]) -> None:
+    text = json.dumps(data)
+    if path:
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)  # readers never see a half-written result
+    else:
+        print(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,30 +218,32 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--bind", default="127.0.0.1")
     r.add_argument("--port", type=int, default=9000)
     r.add_argument("--idle-s", type=float, default=3.0)
+    r.add_argument("--ready-file", help="written once the socket is bound")
     r.add_argument("--out", help="write the JSON result here (default: stdout)")
     s = sub.add_parser("send")
     s.add_argument("--dst", required=True)
     s.add_argument("--port", type=int, default=9000)
     s.add_argument("--sport", type=int, required=True)
     s.add_argument("--bind", default="")
-    s.add_argument("--rate", type=float, default=5000.0, help="packets per second")
+    s.add_argument("--rate-pps", type=float, default=5000.0, help="packets per second")
     s.add_argument("--seconds", type=float, default=5.0)
+    s.add_argument("--start-file", help="written with the monotonic time packet 0 is due, just before sending")
+    s.add_argument("--out", help="write the JSON result here (default: stdout)")
     args = ap.parse_args(argv)
+    # A process started in the background by a non-interactive shell ignores SIGINT: SIGTERM too.
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     if args.cmd == "recv":
-        signal.signal(signal.SIGTERM, _stop_receiving)
-        res = receive(args.bind, args.port, args.idle_s)
-        out: dict[str, Any] = asdict(res) | {"longest_span": res.longest_span}
-        text = json.dumps(out)
-        if args.out:
-            with open(args.out, "w") as f:
-                f.write(text)
-        else:
-            print(text)
+        res = receive(args.bind, args.port, args.idle_s, args.ready_file)
+        _write(args.out, asdict(res) | {"lost": res.lost, "longest_span": res.longest_span})
         return 0
-    if args.rate <= 0 or args.seconds <= 0:
-        ap.error("--rate and --seconds must be > 0")
-    sent = send(args.dst, args.port, args.sport, args.rate, args.seconds, args.bind)
-    print(json.dumps({"sent": sent}))
+    if args.rate_pps <= 0 or args.seconds <= 0:
+        ap.error("--rate-pps and --seconds must be > 0")
+    try:
+        sent = send(args.dst, args.port, args.sport, args.rate_pps, args.seconds, args.bind, args.start_file)
+    except _Stop:
+        return 143
+    _write(args.out, asdict(sent))
     return 0
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -15,8 +16,27 @@ from fabric import topofile
 from tests.emulation.test_fabrics import netns, ovs_bridges, root_links
 
 pytestmark = pytest.mark.emulation
+
+
+def read_until(stream, needle: str, timeout_s: float) -> list[str]:
+    """Lines from a pipe until one contains `needle`, EOF, or the deadline (never a bare readline):
+    reads the raw descriptor with select, so nothing sits unseen in a Python buffer."""
+    fd = stream.fileno()
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    while needle.encode() not in buf and time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+    lines = buf.decode(errors="replace").splitlines()
+    hit = [i for i, line in enumerate(lines) if needle in line]
+    return lines[: hit[0] + 1] if hit else lines or [""]
 ROOT = Path(__file__).resolve().parents[2]
-FABRICLAB = [sys.executable, "-m", "fabric.cli"]
+FABRICLAB = [sys.executable, "-m", "fabriclab.cli"]
 
 
 def test_main_job_on_defaults():
@@ -37,13 +57,7 @@ def test_interrupted_run_tears_everything_down(sig):
     proc = subprocess.Popen(FABRICLAB + ["up", "leaf-spine-16", "--hold"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 120
-        lines = []
-        while time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            lines.append(line)
-            if "fabric is up" in line or not line:
-                break
+        lines = read_until(proc.stderr, "fabric is up", timeout_s=120)
         assert "fabric is up" in lines[-1], "".join(lines)
         assert {s.name for s in fab.switches} <= ovs_bridges()
         os.kill(proc.pid, sig)

@@ -2,143 +2,127 @@
 
 Paths are predicted from the documented entropy rule: at a leaf, slot = (source port >> 1) & 15 and
 slot s leaves by uplink (s mod 2) + 1 (port 1 -> spine 0, port 2 -> spine 1) under default weights.
+
+Loss is attributed to the window of the event under test (the probe knows when each packet was
+due, on the same monotonic clock as the fault injection); the background outside every window is
+bounded separately (at most 0.1% of the probe's packets) and reported.
 """
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import sys
 import time
-import urllib.request
 
 import pytest
 
-from fabric import topofile
 from fabric.builders import dual_plane
-from fabric.emulation import EmulationOptions
-from fabric.lab import Lab
-from traffic.probe import ProbeResult
+from fabric.polling import wait_until
+from traffic.iperf import start_iperf
 
 pytestmark = pytest.mark.emulation
 
-
-def port_tx(switch: str) -> dict[int, int]:
-    """tx_bytes per OpenFlow port, read with ovs-ofctl (independent of the controller)."""
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch],
-                         capture_output=True, text=True, check=True).stdout
-    tx: dict[int, int] = {}
-    port = None
-    for line in out.splitlines():
-        m = re.match(r"\s*port\s+(\S+):", line)
-        if m:
-            port = int(m.group(1)) if m.group(1).isdigit() else None
-        m = re.search(r"tx pkts=\d+, bytes=(\d+)", line)
-        if m and port is not None:
-            tx[port] = int(m.group(1))
-    return tx
+BACKGROUND_SHARE = 0.001  # at most 0.1% of a probe's packets may be lost outside every event window
 
 
 def sport_for_slot(slot: int) -> int:
     return 49152 + 2 * slot
 
 
-class Probe:
-    """traffic.probe receiver + sender inside two emulated hosts."""
+def tx(lab, switch: str) -> dict[int, int]:
+    """tx bytes per OpenFlow port, read from OVS with ovs-ofctl (independent of the controller)."""
+    return {p: t for p, (t, _) in lab.emulation.port_counters(switch).items()}
 
-    def __init__(self, lab: Lab, src: str, dst: str, plane: str, sport: int, rate: int, seconds: float,
-                 port: int = 9000) -> None:
-        em = lab.emulation
-        fab = lab.fabric
-        self.out = lab.run_dir / f"probe-{src}-{dst}-{sport}.json"
-        self.rate = rate
-        self.recv = em.popen(dst, [sys.executable, "-m", "traffic.probe", "recv", "--bind",
-                                   str(fab.nic(dst, plane).ip), "--port", str(port), "--idle-s", "3",
-                                   "--out", str(self.out)])
-        time.sleep(0.5)
-        self.t0 = time.time()
-        self.send = em.popen(src, [sys.executable, "-m", "traffic.probe", "send", "--dst",
-                                   str(fab.nic(dst, plane).ip), "--port", str(port), "--sport", str(sport),
-                                   "--bind", str(fab.nic(src, plane).ip), "--rate", str(rate),
-                                   "--seconds", str(seconds)])
 
-    def result(self) -> ProbeResult:
-        self.send.wait(timeout=120)
-        self.recv.wait(timeout=30)
-        data = json.loads(self.out.read_text())
-        return ProbeResult(data["expected"], data["received"], data["duplicates"], data["lost"],
-                           [tuple(s) for s in data["lost_spans"]])
+def wait_carrying(lab, switch: str, port: int, n_bytes: int, timeout_s: float = 15.0) -> None:
+    """Poll until `switch` has sent `n_bytes` more on `port` than now (the traffic is on that link)."""
+    base = tx(lab, switch)[port]
+    wait_until(f"{n_bytes} bytes out of {switch} port {port}", lambda: tx(lab, switch)[port] - base >= n_bytes,
+               timeout_s, 0.05)
+
+
+def events_matching(lab, **want):
+    return [e for e in lab.controller.get("/api/events") if all(e[k] == v for k, v in want.items())]
+
+
+def assert_background(report, windows):
+    bound = BACKGROUND_SHARE * report.expected
+    background = report.lost_outside(windows)
+    print(f"probe {report.src}->{report.dst}: {report.expected} packets, lost {report.lost}, "
+          f"background (outside {len(windows)} event windows) {background}, bound {bound:.0f}, "
+          f"sender late max {report.late_max_ms:.1f} ms, latency {report.latency_ms}")
+    assert background <= bound, (background, report.lost_spans, windows)
 
 
 @pytest.mark.parametrize("udp", [False, True], ids=["tcp", "udp"])
-def test_many_flows_use_every_spine_of_the_plane(udp):
+def test_many_flows_use_every_spine_of_the_plane(lab_factory, udp):
     # 16 flows, kernel-chosen source ports, from the hosts of leafA0 to those of leafA3 (plane A).
     # If each flow picked one of the 2 spines at random, P(a spine gets fewer than 2 of the 16
     # flows) = 2 x (1 + 16) / 2**16 = 0.05%. Equal-rate flows, so each uplink's share of the bytes
     # follows its share of the flows: both uplinks must carry at least 2/16 of the bytes.
-    fab = topofile.load("dual-plane-16")
-    with Lab(fab, mode="ecmp") as lab:
-        em = lab.emulation
-        before = port_tx("leafA0")
-        runs = []
-        for i in range(16):
-            src, dst = f"h{i % 4}", f"h{12 + i // 4}"
-            runs.append(em.start_iperf(src, dst, "A", seconds=3, port=5201 + i, udp_mbps=1.0 if udp else None))
-        for r in runs:
-            r.result()
-        after = port_tx("leafA0")
+    lab = lab_factory("dual-plane-16", routing="ecmp")
+    before = tx(lab, "leafA0")
+    runs = []
+    for i in range(16):
+        src, dst = f"h{i % 4}", f"h{12 + i // 4}"
+        runs.append(start_iperf(lab.emulation, src, dst, "A", seconds=3, port=5201 + i,
+                                udp_mbps=1.0 if udp else None))
+    for r in runs:
+        r.result()
+    after = tx(lab, "leafA0")
     up = {p: after[p] - before[p] for p in (1, 2)}  # leafA0 ports 1, 2 = uplinks to spineA0, spineA1
     total = sum(up.values())
     assert total > 16 * 0.5e6 / 8 * 2, up  # the flows really crossed the spines
     assert min(up.values()) >= total * 2 / 16, up
 
 
-def test_paced_probe_survives_a_spine_link_failure_and_recovery():
+@pytest.mark.fabric("dual-plane-16", routing="adaptive")
+def test_paced_probe_survives_a_spine_link_failure_and_recovery(lab, probe, faults):
     # The probe h0 -> h15 with source port 49152 (slot 0) leaves leafA0 by port 1 to spineA0, then
     # spineA0 port 4 to leafA3. That spine-to-leaf link fails, and comes back.
-    fab = topofile.load("dual-plane-16")
     rate = 4000
-    with Lab(fab, mode="adaptive") as lab:
-        em = lab.emulation
-        before = port_tx("spineA0")[4]
-        probe = Probe(lab, "h0", "h15", "A", sport_for_slot(0), rate=rate, seconds=6)
-        time.sleep(1.5)
-        assert port_tx("spineA0")[4] - before > rate * 64  # the probe is on that link
-        t_down = em.set_link("spineA0", 4, up=False)
-        time.sleep(2.0)
-        t_up = em.set_link("spineA0", 4, up=True)
-        res = probe.result()
-        events = lab.controller.get("/api/events")
-    assert res.expected == rate * 6 and res.duplicates == 0
-    # loss bounded to the outage: at most one span at the failure and one at the recovery, together
-    # well under the 2 s the link was down (PLATFORM.md measured ~10 ms detection + reaction)
-    assert len(res.lost_spans) <= 2, res.lost_spans
-    assert res.lost <= 0.3 * rate, (res.lost, res.lost_spans)
-    if res.lost_spans:  # the first loss starts near the moment the link went down
-        first_lost_at = probe.t0 + res.lost_spans[0][0] / rate
-        assert t_down - 0.5 <= first_lost_at <= t_down + 0.5
-    causes = {(e["cause"], e["switch"], e["dest"]) for e in events}
-    assert ("failure", "leafA0", "leafA3") in causes and ("recovery", "leafA0", "leafA3") in causes
-    assert t_up > t_down
+    run = probe("h0", "h15", plane="A", sport=sport_for_slot(0), rate_pps=rate, seconds=7)
+    run.wait_sending()
+    wait_carrying(lab, "spineA0", 4, rate // 4 * 64)  # the probe is on that link
+    down = faults.link_down("spineA0", 4)
+    wait_until("the controller's failure reroute", lambda: events_matching(
+        lab, cause="failure", switch="leafA0", dest="leafA3"), 10)
+    time.sleep(max(0.0, down.at_s + 1.5 - time.monotonic()))  # the link stays down 1.5 s
+    up = faults.link_up("spineA0", 4)
+    wait_until("the controller's recovery reroute", lambda: events_matching(
+        lab, cause="recovery", switch="leafA0", dest="leafA3"), 10)
+    report = run.result()
+    assert report.expected == rate * 7 and report.duplicates == 0 and report.send_errors == ()
+    # PLATFORM.md: OVS notices a port down in 3-9 ms and the controller reacts in ~0.1 ms; outages
+    # measured 20-60 ms. Without a reaction the whole 1.5 s (6000 packets) would be lost. Each
+    # event's window starts one in-flight time before it: packets queued on the link when it goes
+    # down are lost with it.
+    failure, recovery = report.window(down.at_s, 0.5), report.window(up.at_s, 0.5)
+    lost_failure, lost_recovery = report.lost_in(*failure), report.lost_in(*recovery)
+    print(f"lost at the failure {lost_failure}, at the recovery {lost_recovery}, in flight "
+          f"{report.inflight_s * 1000:.1f} ms, spans {report.lost_spans}")
+    assert lost_failure <= 0.25 * rate, report.spans_in(*failure)
+    assert lost_recovery <= 0.25 * rate, report.spans_in(*recovery)
+    assert_background(report, [failure, recovery])
 
 
-def test_congestion_moves_one_of_two_heavy_flows_and_throughput_recovers():
+def test_congestion_moves_one_of_two_heavy_flows_and_throughput_recovers(lab_factory):
     # 2 hosts per leaf at 200G (20 Mbit/s emulated), leaf uplinks 2:1 oversubscribed: 100G = 10 Mbit/s.
     # Two TCP flows leafA0 -> leafA3 with source ports in slots 0 and 2: both start on uplink 1
     # (spineA0) and share its 10 Mbit/s. Moved apart, each can have a 10 Mbit/s uplink: ~20 in total.
     fab = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, oversubscription=2.0)
-    with Lab(fab, mode="adaptive", opts=EmulationOptions(mbps_per_gbps=0.1)) as lab:
-        em = lab.emulation
-        a = em.start_iperf("h0", "h6", "A", seconds=14, cport=sport_for_slot(0), port=5201)
-        b = em.start_iperf("h1", "h7", "A", seconds=14, cport=sport_for_slot(2), port=5202)
-        time.sleep(10)
-        t1, s1, d1 = time.monotonic(), port_tx("leafA0"), port_tx("leafA3")
-        time.sleep(2)
-        t2, s2, d2 = time.monotonic(), port_tx("leafA0"), port_tx("leafA3")
-        a.result(), b.result()
-        events = lab.controller.get("/api/events")
-    moves = [e for e in events if e["cause"] == "congestion" and e["switch"] == "leafA0" and e["dest"] == "leafA3"]
-    assert moves and moves[0]["old_port"] == 1 and moves[0]["new_port"] == 2 and moves[0]["slot"] in (0, 2)
+    lab = lab_factory(fab, routing="adaptive")
+    seconds = 16
+    t_start = time.monotonic()
+    a = start_iperf(lab.emulation, "h0", "h6", "A", seconds=seconds, cport=sport_for_slot(0), port=5201)
+    b = start_iperf(lab.emulation, "h1", "h7", "A", seconds=seconds, cport=sport_for_slot(2), port=5202)
+    moves = wait_until("a congestion move at leafA0 towards leafA3", lambda: events_matching(
+        lab, cause="congestion", switch="leafA0", dest="leafA3"), seconds - 5)
+    # measure a 2 s window once the moved flow has settled (1 s after the move)
+    time.sleep(max(0.0, moves[0]["time_s"] + 1.0 - time.monotonic()))
+    t1, s1, d1 = time.monotonic(), tx(lab, "leafA0"), tx(lab, "leafA3")
+    time.sleep(2.0)
+    t2, s2, d2 = time.monotonic(), tx(lab, "leafA0"), tx(lab, "leafA3")
+    assert t2 < t_start + seconds - 0.5, "the measurement window must end before the flows do"
+    a.result(), b.result()
+    assert moves[0]["old_port"] == 1 and moves[0]["new_port"] == 2 and moves[0]["slot"] in (0, 2)
     # at the end the flows are on different uplinks: each carries ~10 Mbit/s (>= 7)
     up = {p: (s2[p] - s1[p]) * 8 / (t2 - t1) / 1e6 for p in (1, 2)}
     assert min(up.values()) >= 7.0, up
@@ -148,49 +132,57 @@ def test_congestion_moves_one_of_two_heavy_flows_and_throughput_recovers():
     assert delivered >= 16.0, (delivered, up)
 
 
-def test_controller_restart_during_a_flow_loses_no_packet():
-    fab = topofile.load("dual-plane-16")
+@pytest.mark.fabric("dual-plane-16", routing="adaptive")
+def test_controller_restart_during_a_flow_loses_no_packet(lab, probe):
     rate = 3000
-    with Lab(fab, mode="adaptive") as lab:
-        probe = Probe(lab, "h0", "h15", "A", sport_for_slot(3), rate=rate, seconds=7)
-        time.sleep(1.5)
-        old_pid = lab.controller.pid
-        resync_s = lab.restart_controller()
-        assert lab.controller.pid != old_pid
-        res = probe.result()
-        status = lab.controller.get("/api/status")
-        log = (lab.run_dir / "controller.log").read_text()
-    assert res.expected == rate * 7
-    assert res.lost == 0 and res.lost_spans == [], res.lost_spans
-    assert resync_s < 30
-    assert set(status["synced"]) == {s.name for s in fab.switches}
+    run = probe("h0", "h15", plane="A", sport=sport_for_slot(3), rate_pps=rate, seconds=7)
+    run.wait_sending()
+    wait_carrying(lab, "leafA0", 2, rate // 4 * 64)  # slot 3 -> uplink 2
+    old_pid = lab.controller.pid
+    t_restart = time.monotonic()
+    lab.restart_controller()
+    t_synced = time.monotonic()
+    assert lab.controller.pid != old_pid
+    report = run.result()
+    status = lab.controller.get("/api/status")
+    log = (lab.run_dir / "controller.log").read_text()
+    assert report.expected == rate * 7
+    window = (t_restart - 0.005, t_synced + 0.1)
+    assert report.lost_in(*window) == 0, report.spans_in(*window)
+    assert_background(report, [window])
+    assert set(status["synced"]) == {s.name for s in lab.fabric.switches}
     # the new process resynchronised without wiping: nothing to add, change or delete
+    import re
+
     resyncs = re.findall(r"resync sends (\d+) groups, (\d+)\+(\d+) flows, deletes (\d+) stale", log)
-    assert len(resyncs) == 2 * len(fab.switches)
-    assert all(r == ("0", "0", "0", "0") for r in resyncs[len(fab.switches):]), resyncs[len(fab.switches):]
+    n = len(lab.fabric.switches)
+    assert len(resyncs) == 2 * n
+    assert all(r == ("0", "0", "0", "0") for r in resyncs[n:]), resyncs[n:]
 
 
-def test_planned_move_loses_no_packet():
+@pytest.mark.fabric("dual-plane-16", routing="adaptive")
+def test_planned_move_loses_no_packet(lab, probe):
     # A probe in slot 0 (spineA0) is moved by the operator to uplink 2 (spineA1) mid-stream.
-    fab = topofile.load("dual-plane-16")
     rate = 4000
-    with Lab(fab, mode="adaptive") as lab:
-        probe = Probe(lab, "h0", "h15", "A", sport_for_slot(0), rate=rate, seconds=5)
-        time.sleep(1.5)
-        s1 = port_tx("leafA0")
-        time.sleep(0.5)
-        s2 = port_tx("leafA0")
-        body = json.dumps({"switch": "leafA0", "dest": "leafA3", "slot": 0, "port": 2}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{lab.controller.rest_port}/api/move", data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            assert json.load(resp) == {"moved": True}
-        time.sleep(1.0)
-        s3 = port_tx("leafA0")
-        time.sleep(0.5)
-        s4 = port_tx("leafA0")
-        res = probe.result()
+    run = probe("h0", "h15", plane="A", sport=sport_for_slot(0), rate_pps=rate, seconds=5)
+    run.wait_sending()
     half_second = rate * 0.5 * 64  # probe payload bytes in 0.5 s, a floor for "carries the probe"
-    assert s2[1] - s1[1] > half_second and s2[2] - s1[2] < half_second / 4  # before: spineA0 only
-    assert s4[2] - s3[2] > half_second and s4[1] - s3[1] < half_second / 4  # after: spineA1 only
-    assert res.expected == rate * 5 and res.lost == 0, res.lost_spans
+    wait_carrying(lab, "leafA0", 1, half_second // 4)
+    s1, t1 = tx(lab, "leafA0"), time.monotonic()
+    time.sleep(0.5)
+    s2, t2 = tx(lab, "leafA0"), time.monotonic()
+    t_move = time.monotonic()
+    assert lab.controller.post("/api/move", {"switch": "leafA0", "dest": "leafA3", "slot": 0, "port": 2}) == {
+        "moved": True}
+    t_moved = time.monotonic()
+    wait_carrying(lab, "leafA0", 2, half_second // 4)
+    s3, t3 = tx(lab, "leafA0"), time.monotonic()
+    time.sleep(0.5)
+    s4, t4 = tx(lab, "leafA0"), time.monotonic()
+    report = run.result()
+    assert s2[1] - s1[1] > half_second * (t2 - t1) / 0.5 * 0.8 and s2[2] - s1[2] < half_second / 4  # before
+    assert s4[2] - s3[2] > half_second * (t4 - t3) / 0.5 * 0.8 and s4[1] - s3[1] < half_second / 4  # after
+    window = (t_move - 0.005, t_moved + 0.1)  # "lossless": nothing due in [move - 5 ms, move + 100 ms] lost
+    assert report.expected == rate * 5
+    assert report.lost_in(*window) == 0, report.spans_in(*window)
+    assert_background(report, [window])

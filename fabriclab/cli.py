@@ -2,7 +2,8 @@
 
     fabriclab topo show FILE [FILE2] [--json]   what a fabric is (two files: side by side, differences marked)
     fabriclab topo check FILE                   validate a topology file
-    fabriclab up [FILE] [--cli | --hold]        bring up fabric + controller, check all-pairs reachability,
+    fabriclab up [FILE] [--routing R] [--cli | --hold]
+                                                bring up fabric + controller, check all-pairs reachability,
                                                 print a summary, tear down
 
 Any FabriclabError becomes a one-line message and exit code 2; a failed check exits 1.
@@ -22,6 +23,9 @@ from fabric.analysis import TopoSummary, summarize
 from fabric.emulation import EmulationOptions
 from fabric.errors import FabriclabError
 from fabric.routing import MODES
+
+ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as package.module:ClassName "
+                "(a fabric.routing.RoutingPolicy subclass, importable here)")
 
 
 def _fmt(v: Any) -> str:
@@ -81,20 +85,22 @@ def cmd_topo_check(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from fabric.lab import Lab
+    from fabriclab.session import Lab
+    from traffic.ping import ping_all
 
     fab = topofile.load(args.topology)
     opts = EmulationOptions(mbps_per_gbps=args.mbps_per_gbps, datapath=args.datapath,
                             delay_us=args.delay_us, loss_pct=args.loss_pct)
     log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
     log(f"[fabriclab] bringing up {fab.name}: {len(fab.hosts)} hosts, {len(fab.switches)} switches, "
-        f"controller mode {args.mode}")
+        f"routing {args.routing}")
     t0 = time.monotonic()
-    with Lab(fab, mode=args.mode, opts=opts) as lab:
-        assert lab.emulation is not None and lab.bringup is not None
+    with Lab(fab, routing=args.routing, opts=opts, log=lambda msg: log(f"[fabriclab] {msg}")) as lab:
+        if lab.emulation is None or lab.bringup is None:
+            raise FabriclabError("the lab did not come up")
         log(f"[fabriclab] up in {lab.bringup.total_s:.1f} s (datapath {lab.emulation.datapath}); "
             "checking all-pairs reachability")
-        pings = lab.emulation.ping_all(count=args.count)
+        pings = ping_all(lab.emulation, count=args.count)
         per_plane: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])  # pairs, pairs ok, lost packets
         for p in pings:
             plane = fab.nic_by_ip[ipaddress.IPv4Address(p.dst_ip)].plane
@@ -112,18 +118,22 @@ def cmd_up(args: argparse.Namespace) -> int:
                 pass
     left = lab.leftovers()
     expected_pairs = {p.name: len(fab.hosts) * (len(fab.hosts) - 1) for p in fab.planes}
-    ok = all(per_plane[p][1] == n for p, n in expected_pairs.items()) and left.empty()
+    gaps = [{"exit_code": g.exit_code, "gap_s": None if g.gap_s is None else round(g.gap_s, 3), "error": g.error}
+            for g in lab.controller_gaps]
+    restored = all(g["gap_s"] is not None for g in gaps)
+    ok = all(per_plane[p][1] == n for p, n in expected_pairs.items()) and left.empty() and restored
     result = {
         "topology": fab.name,
         "hosts": len(fab.hosts),
         "switches": len(fab.switches),
-        "mode": args.mode,
+        "routing": args.routing,
         "datapath": lab.emulation.datapath if lab.emulation else None,
         "bringup_s": {k: round(v, 3) for k, v in vars(lab.bringup).items()} | {"total_s": round(lab.bringup.total_s, 3)},
         "reachability": {
             p: {"pairs": n, "pairs_ok": per_plane[p][1], "packets_lost": per_plane[p][2], "pings_per_pair": args.count}
             for p, n in expected_pairs.items()
         },
+        "controller_gaps": gaps,
         "teardown_clean": left.empty(),
         "elapsed_s": round(time.monotonic() - t0, 3),
         "ok": ok,
@@ -134,12 +144,15 @@ def cmd_up(args: argparse.Namespace) -> int:
         b = lab.bringup
         print(f"fabric       {fab.name}: {len(fab.hosts)} hosts, {len(fab.switches)} switches, "
               f"{len(fab.links)} links, planes {', '.join(p.name for p in fab.planes)}")
-        print(f"controller   os-ken, mode {args.mode}; datapath {result['datapath']}")
+        print(f"controller   os-ken, routing {args.routing}; datapath {result['datapath']}")
         print(f"bring-up     {b.total_s:.2f} s (controller {b.controller_s:.2f}, build {b.build_s:.2f}, "
               f"connect {b.connect_s:.2f}, flows {b.flows_s:.2f})")
         for p, r in result["reachability"].items():
             print(f"plane {p}      {r['pairs_ok']}/{r['pairs']} host pairs reachable, "
                   f"{r['packets_lost']} of {r['pairs'] * args.count} pings lost")
+        for g in gaps:
+            what = f"resynchronised after {g['gap_s']:.2f} s" if g["gap_s"] is not None else f"NOT restored: {g['error']}"
+            print(f"controller   died (exit code {g['exit_code']}); restarted, {what}")
         print(f"teardown     {'clean' if left.empty() else f'LEFT BEHIND: {left}'}")
         print("result       " + ("OK" if ok else "FAILED"))
     return 0 if ok else 1
@@ -161,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring up fabric + controller, check reachability, print a summary, tear down")
     up.add_argument("topology", nargs="?", default=str(topofile.DEFAULT_TOPOLOGY),
                     help="topology file or shipped name (default: dual-plane-16)")
-    up.add_argument("--mode", default="adaptive", choices=MODES, help="controller routing mode (default adaptive)")
+    up.add_argument("--routing", default="adaptive", help=ROUTING_HELP + " (default adaptive)")
     up.add_argument("--mbps-per-gbps", type=float, default=0.1,
                     help="emulated Mbit/s per real Gbit/s (default 0.1: 200G -> 20 Mbit/s)")
     up.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])

@@ -1,0 +1,181 @@
+"""One switch's session with the controller, pure: the resync protocol and the poll schedule.
+
+On (re)connect a switch is resynchronised, not wiped:
+
+    connect -> port-desc request -> (ports folded into the core) -> group-desc + our-flows requests
+            -> (both replies complete) -> the core's difference + a barrier -> (barrier reply) -> synced
+
+Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics every
+`flow_poll_s`, and every `hot_flow_poll_s` while the core wants this switch's per-slot rates (a hot
+link downstream). A request still unanswered is not repeated until `reply_timeout_s` has passed, so
+a slow switch is not buried under requests.
+
+Every method takes the event's primitives and `now` (monotonic seconds) and returns the OpenFlow
+messages to send as (dpid, message) pairs (built without a datapath, each request with its
+transaction id already set; a reaction to this switch's event may change other switches too), so
+the os-ken shim only extracts, calls and sends, and this is tested on a fake flow table without a
+switch. Transaction ids are this object's own (matched together with the reply's type).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from controller import ofmsg
+from controller.core import Changes, ControllerCore, FlowIntent
+
+Out = tuple[int, Any]  # (dpid, OpenFlow message)
+
+
+def outgoing(changes: list[Changes]) -> list[Out]:
+    """Each switch's changes as messages addressed to it."""
+    return [(ch.dpid, m) for ch in changes for m in ofmsg.messages(ch)]
+
+
+@dataclass(frozen=True)
+class PollConfig:
+    poll_s: float = 0.01  # port statistics, every switch
+    flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
+    hot_flow_poll_s: float = 0.25  # ... and this often where a link is hot
+    reply_timeout_s: float = 1.0  # re-ask after this long without a reply
+
+
+@dataclass
+class _Pending:
+    xid: int = -1
+    sent_s: float = float("-inf")
+    answered: bool = True
+
+
+@dataclass
+class DatapathSync:
+    core: ControllerCore
+    dpid: int
+    config: PollConfig = field(default_factory=PollConfig)
+    xids: Iterator[int] = field(default_factory=lambda: itertools.count(0x7A000000))
+    connected_s: float | None = None
+    synced_s: float | None = None  # when the resync's barrier came back
+    state: str = "new"  # new -> ports -> tables -> barrier -> synced
+    _port_desc_xid: int = -1
+    _groups_xid: int = -1
+    _flows_xid: int = -1
+    _barrier_xid: int = -1
+    _groups: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    _flows: list[FlowIntent] = field(default_factory=list)
+    _groups_done: bool = False
+    _flows_done: bool = False
+    _port_poll: _Pending = field(default_factory=_Pending)
+    _flow_poll: _Pending = field(default_factory=_Pending)
+    last_resync: tuple[int, int, int, int] | None = None  # groups sent, flows added, modified, deleted
+
+    def _stamp(self, msg: Any) -> Any:
+        msg.xid = next(self.xids) & 0xFFFFFFFF
+        return msg
+
+    @property
+    def synced(self) -> bool:
+        return self.state == "synced"
+
+    # ---- the resync protocol -------------------------------------------------------------------
+    def on_connect(self, now: float) -> list[Out]:
+        """The switch's features arrived: start by reading its ports."""
+        self.connected_s, self.synced_s, self.state = now, None, "ports"
+        self._groups, self._flows = {}, []
+        self._groups_done = self._flows_done = False
+        msg = self._stamp(ofmsg.port_desc_request())
+        self._port_desc_xid = msg.xid
+        return [(self.dpid, msg)]
+
+    def on_port_desc(self, xid: int, ports: list[tuple[int, bool]], more: bool, now: float) -> list[Out]:
+        """A port-desc reply (port number, up) part: port states go to the core; once complete,
+        ask for the switch's groups and our flows."""
+        if xid != self._port_desc_xid or self.state != "ports":
+            return []
+        out: list[Out] = []
+        for port, up in ports:
+            out += outgoing(self.core.on_port_status(self.dpid, port, up, now))
+        if not more:
+            self.state = "tables"
+            groups, flows = self._stamp(ofmsg.groups_request()), self._stamp(ofmsg.our_flows_request())
+            self._groups_xid, self._flows_xid = groups.xid, flows.xid
+            out += [(self.dpid, groups), (self.dpid, flows)]
+        return out
+
+    def on_group_desc(self, xid: int, groups: list[tuple[int, tuple[int, ...]]], more: bool) -> list[Out]:
+        if xid != self._groups_xid or self.state != "tables":
+            return []
+        self._groups.update(groups)
+        self._groups_done = not more
+        return self._maybe_resync()
+
+    def is_resync_reply(self, xid: int) -> bool:
+        """Whether a flow-stats reply belongs to the resync (else it is a poll)."""
+        return xid == self._flows_xid and self.state == "tables"
+
+    def on_our_flows(self, xid: int, flows: list[FlowIntent], more: bool) -> list[Out]:
+        if not self.is_resync_reply(xid):
+            return []
+        self._flows += flows
+        self._flows_done = not more
+        return self._maybe_resync()
+
+    def _maybe_resync(self) -> list[Out]:
+        if not (self._groups_done and self._flows_done):
+            return []
+        changes = self.core.resync(self.dpid, self._groups, self._flows)
+        self._groups, self._flows = {}, []
+        self.last_resync = (len(changes.groups_add) + len(changes.groups_modify), len(changes.flows_add),
+                            len(changes.flows_modify), len(changes.flows_delete))
+        barrier = self._stamp(ofmsg.barrier())
+        self._barrier_xid = barrier.xid
+        self.state = "barrier"
+        return [(self.dpid, m) for m in ofmsg.messages(changes) + [barrier]]
+
+    def on_barrier(self, xid: int, now: float) -> bool:
+        """True when this barrier reply completes the resync."""
+        if xid != self._barrier_xid or self.state != "barrier":
+            return False
+        self.state, self.synced_s = "synced", now
+        return True
+
+    # ---- polling -------------------------------------------------------------------------------
+    def due(self, now: float, hot: bool) -> list[Out]:
+        """Statistics requests due now (only once synced)."""
+        if not self.synced:
+            return []
+        cfg = self.config
+        out: list[Out] = []
+        if self._ready(self._port_poll, cfg.poll_s, now):
+            out.append((self.dpid, self._ask(self._port_poll, ofmsg.port_stats_request(), now)))
+        flow_every_s = cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
+        if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):
+            out.append((self.dpid, self._ask(self._flow_poll, ofmsg.ecmp_flows_request(), now)))
+        return out
+
+    def _ready(self, p: _Pending, interval_s: float, now: float) -> bool:
+        if now - p.sent_s < interval_s:
+            return False
+        return p.answered or now - p.sent_s >= self.config.reply_timeout_s
+
+    def _ask(self, p: _Pending, msg: Any, now: float) -> Any:
+        self._stamp(msg)
+        p.xid, p.sent_s, p.answered = msg.xid, now, False
+        return msg
+
+    def on_port_stats(self, xid: int, counters: dict[int, tuple[int, int, float]], more: bool,
+                      now: float) -> list[Out]:
+        """A port-stats reply: counters to the core, the new rates to the policy (whose moves may
+        change any switch)."""
+        if not more and xid == self._port_poll.xid:
+            self._port_poll.answered = True
+        rates = self.core.on_port_counters(self.dpid, counters)
+        return outgoing(self.core.on_loads(rates, now))
+
+    def on_flow_stats(self, xid: int, counters: list[tuple[FlowIntent, int, float]], more: bool,
+                      now: float) -> list[Out]:
+        """A polled flow-stats reply: per-slot rates to the core (used at the next load decision)."""
+        if not more and xid == self._flow_poll.xid:
+            self._flow_poll.answered = True
+        self.core.on_flow_counters(self.dpid, counters)
+        return []

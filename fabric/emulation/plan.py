@@ -1,0 +1,168 @@
+"""What to build, computed from the model (pure; unit-tested without root).
+
+- `EmulationOptions` and `check_options`: how real rates map onto the emulator, and what this
+  machine cannot emulate faithfully (refused with the reason, before anything is built);
+- names: OVS bridges and root-namespace interfaces a run creates (`expected_names`), switch-port MACs;
+- batches: `tc -batch` input shaping links with HTB, `ip -batch` input installing static ARP,
+  and the per-host set-up commands (offloads off, IPv6 off, no ICMP rate limit).
+
+The Mininet adapter (`fabric.emulation.net`) only runs what is computed here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fabric.errors import UnsupportedError
+from fabric.model import Fabric, intf_name
+
+#: Mininet's HTB wrapper ignores rates above this (with only a log line); we refuse them instead.
+MAX_LINK_MBPS = 1000.0
+#: Below this HTB's burst dominates and rates stop meaning anything.
+MIN_LINK_MBPS = 0.1
+#: Switch-port MACs carry the switch's position in 24 bits and the port in 16 bits.
+MAX_SWITCHES = 1 << 24
+MAX_PORT = (1 << 16) - 1
+
+#: Offloads off: the userspace datapath drops TSO/GSO super-frames (PLATFORM.md).
+OFFLOADS_OFF = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+
+
+@dataclass(frozen=True)
+class EmulationOptions:
+    """How the model's real rates map onto the emulator.
+
+    mbps_per_gbps: emulated Mbit/s per real Gbit/s (0.1: a 200G NIC runs at 20 Mbit/s).
+    datapath: 'auto' (probe), 'kernel' or 'user'.
+    delay_us, loss_pct: per-link delay and random loss; need sch_netem.
+    """
+
+    mbps_per_gbps: float = 0.1
+    datapath: str = "auto"
+    delay_us: float = 0.0
+    loss_pct: float = 0.0
+    protocols: str = "OpenFlow13,OpenFlow15"
+
+
+def link_mbps(rate_gbps: float, opts: EmulationOptions) -> float:
+    return rate_gbps * opts.mbps_per_gbps
+
+
+def check_options(fabric: Fabric, opts: EmulationOptions, *, has_netem: bool) -> None:
+    """Refuse what this machine cannot emulate faithfully, naming the problem."""
+    if opts.datapath not in ("auto", "kernel", "user"):
+        raise UnsupportedError(f"datapath must be auto, kernel or user, got {opts.datapath!r}")
+    if not opts.mbps_per_gbps > 0:
+        raise UnsupportedError(f"mbps_per_gbps must be > 0, got {opts.mbps_per_gbps}")
+    for link in fabric.links:
+        mbps = link_mbps(link.rate_gbps, opts)
+        if not MIN_LINK_MBPS <= mbps <= MAX_LINK_MBPS:
+            raise UnsupportedError(
+                f"link {link.label()}: {link.rate_gbps:g} Gbit/s x {opts.mbps_per_gbps:g} = {mbps:g} Mbit/s "
+                f"is outside what HTB emulates faithfully ({MIN_LINK_MBPS:g}..{MAX_LINK_MBPS:g} Mbit/s); "
+                "change mbps_per_gbps"
+            )
+    if opts.delay_us < 0 or not 0 <= opts.loss_pct <= 100:
+        raise UnsupportedError(f"delay_us must be >= 0 and loss_pct in [0, 100], got {opts.delay_us}, {opts.loss_pct}")
+    if (opts.delay_us > 0 or opts.loss_pct > 0) and not has_netem:
+        raise UnsupportedError(
+            "link delay/loss needs the sch_netem qdisc, which this kernel does not have "
+            f"(asked for delay_us={opts.delay_us:g}, loss_pct={opts.loss_pct:g})"
+        )
+    if len(fabric.switches) > MAX_SWITCHES:
+        raise UnsupportedError(f"{len(fabric.switches)} switches exceed the {MAX_SWITCHES} the MAC plan numbers")
+    for link in fabric.links:
+        for end in (link.a, link.b):
+            if end.port > MAX_PORT:
+                raise UnsupportedError(f"{end.node} port {end.port} exceeds {MAX_PORT}")
+
+
+def port_mac(switch_index: int, port: int) -> str:
+    """Locally administered MAC of a switch port: 06, then the switch's position in the model
+    (24 bits) and the port (16 bits); unique for every switch port of a fabric. (Host NICs use 02:fb:...,
+    `fabric.model.host_mac`, so the two never meet.)"""
+    if not 0 <= switch_index < MAX_SWITCHES or not 0 <= port <= MAX_PORT:
+        raise UnsupportedError(f"switch index {switch_index} / port {port} out of the MAC plan's range")
+    b = [(switch_index >> 16) & 0xFF, (switch_index >> 8) & 0xFF, switch_index & 0xFF, (port >> 8) & 0xFF, port & 0xFF]
+    return "06:" + ":".join(f"{x:02x}" for x in b)
+
+
+def arp_batch(fabric: Fabric, host: str) -> str:
+    """`ip -batch` input installing permanent ARP entries for every other NIC in the host's planes."""
+    lines = []
+    for mine in fabric.nics_of[host]:
+        for other in fabric.nic_ports:
+            if other.plane == mine.plane and other.host != host:
+                lines.append(f"neigh replace {other.ip} lladdr {other.mac} dev {mine.intf} nud permanent")
+    return "\n".join(lines) + "\n"
+
+
+def tc_batch(fabric: Fabric, opts: EmulationOptions, host: str | None) -> str:
+    """`tc -batch` input shaping the egress of `host`'s interfaces, or (host None) of every switch
+    port: HTB at the link's emulated rate, and netem under it when delay or loss is asked for."""
+    lines = []
+    for link in fabric.links:
+        for end in (link.a, link.b):
+            ours = end.node == host if host is not None else end.node in fabric.switch_by_name
+            if not ours:
+                continue
+            dev = intf_name(end.node, end.port)
+            mbps = link_mbps(link.rate_gbps, opts)
+            lines.append(f"qdisc replace dev {dev} root handle 5: htb default 1")
+            lines.append(f"class add dev {dev} parent 5: classid 5:1 htb rate {mbps:g}mbit burst 15k quantum 1514")
+            if opts.delay_us > 0 or opts.loss_pct > 0:
+                netem = f"delay {opts.delay_us:g}us " if opts.delay_us > 0 else ""
+                netem += f"loss {opts.loss_pct:g}%" if opts.loss_pct > 0 else ""
+                lines.append(f"qdisc add dev {dev} parent 5:1 handle 10: netem {netem.strip()}")
+    return "\n".join(lines) + "\n"
+
+
+def host_setup_commands(fabric: Fabric, host: str, arp_file: str, tc_file: str) -> list[str]:
+    """Shell commands run inside a host's namespace: IPv6 off; no ICMP rate limit (the per-namespace
+    default of a 50-message burst drops echo replies when every host pings every other one at
+    once); offloads off on every NIC; static ARP; HTB on its NICs."""
+    cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            "sysctl -qw net.ipv4.icmp_ratelimit=0 net.ipv4.icmp_msgs_per_sec=1000000 "
+            "net.ipv4.icmp_msgs_burst=1000000 2>/dev/null; true"]
+    for nic in fabric.nics_of[host]:
+        cmds.append(f"ethtool -K {nic.intf} {' '.join(OFFLOADS_OFF)} 2>/dev/null")
+    cmds.append(f"ip -batch {arp_file} && tc -batch {tc_file}")
+    return cmds
+
+
+def expected_names(fabric: Fabric) -> tuple[set[str], set[str]]:
+    """(OVS bridge names, root-namespace interface names) that a run of this fabric creates."""
+    bridges = {s.name for s in fabric.switches}
+    intfs = set(bridges)
+    for link in fabric.links:
+        for end in (link.a, link.b):
+            if end.node in fabric.switch_by_name:
+                intfs.add(intf_name(end.node, end.port))
+    return bridges, intfs
+
+
+def switch_interfaces(fabric: Fabric, switches: set[str]) -> list[str]:
+    """Root-namespace interfaces of these switches' ports, in link order."""
+    out = []
+    for link in fabric.links:
+        for end in (link.a, link.b):
+            if end.node in switches:
+                out.append(intf_name(end.node, end.port))
+    return out
+
+
+def parse_dump_ports(text: str) -> dict[int, tuple[int, int]]:
+    """Parse `ovs-ofctl dump-ports` output: port -> (tx bytes, rx bytes); the LOCAL port is skipped."""
+    out: dict[int, tuple[int, int]] = {}
+    port: int | None = None
+    rx = 0
+    for line in text.splitlines():
+        words = line.replace(",", " ").split()
+        if len(words) >= 2 and words[0] == "port":
+            name = words[1].rstrip(":")
+            port = int(name) if name.isdigit() else None
+            fields = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+            rx = int(fields.get("bytes", "0")) if "rx" in words else 0
+        elif words and words[0] == "tx" and port is not None:
+            fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            out[port] = (int(fields.get("bytes", "0")), rx)
+    return out

@@ -1,0 +1,159 @@
+"""The built-in routing modes, each a `RoutingPolicy`:
+
+- `static`: one deterministic shortest path per (switch, destination edge switch): the destination's
+  index modulo the equal-cost next hops at every hop; no reaction to anything.
+- `ecmp`: every flow's source port picks a slot, every slot a next hop (`fabric.routing.entropy`);
+  the data plane skips a dead local port (fast-failover buckets); the policy itself never reacts.
+- `adaptive`: `ecmp`, plus fabric-wide failover (a link going down removes every choice, anywhere,
+  whose paths all cross it; it coming back restores them) and congestion-aware moves (a hot link
+  moves one of the elephants sharing it to the alternative path with the fewest elephants; see
+  `AdaptivePolicy._relieve`).
+
+Both reactions are lookups in the path table's precomputed `crossing`/`via` index, not graph
+searches. A move changes one slot's next hop at one switch: a flow-mod in the controller, a
+re-route in the simulator.
+"""
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import Any
+
+from fabric.routing.policy import DecisionPoint, DirectedLink, RoutingPolicy, SlotKey, SlotMove, _Load
+
+
+class StaticPolicy(RoutingPolicy):
+    name = "static"
+    multipath = False
+
+
+class EcmpPolicy(RoutingPolicy):
+    name = "ecmp"
+
+
+class AdaptivePolicy(EcmpPolicy):
+    name = "adaptive"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hold_until: dict[DecisionPoint, float] = {}
+
+    # ---- failures ------------------------------------------------------------------------------
+    def react_to_link(self, link: DirectedLink, up: bool, changed: tuple[DecisionPoint, ...],
+                      now: float) -> list[SlotMove]:
+        cause = "recovery" if up else "failure"
+        moves: list[SlotMove] = []
+        for key in changed:
+            if key in self._base:
+                moves.extend(self._remap(key, cause))
+        return moves
+
+    def _remap(self, key: DecisionPoint, cause: str) -> list[SlotMove]:
+        alive = self._alive[key]
+        current = self._slots[key]
+        if not alive:
+            return []  # unreachable from here in this plane: nothing better to do
+        if len(alive) == len(self.table.ecmp_ports(*key)):
+            new = self._base[key]
+        else:
+            new = _rebalance(tuple(current), alive)
+        return [self._set_slot(key, s, new[s], cause) for s, old in enumerate(current) if old != new[s]]
+
+    # ---- congestion ----------------------------------------------------------------------------
+    def react_to_loads(self, slot_rates_bps: dict[SlotKey, float], now: float) -> list[SlotMove]:
+        hot = sorted(self.hot_links(), key=lambda l: -self.utilisation(l))
+        moves = []
+        for link in hot:
+            move = self._relieve(link, slot_rates_bps, now)
+            if move is not None:
+                moves.append(move)
+        return moves
+
+    def _elephants(self, slot_rates: dict[SlotKey, float], floor_bps: float) -> Counter[DirectedLink]:
+        """Directed link -> how many slots carrying at least `floor_bps` may send over it."""
+        count: Counter[DirectedLink] = Counter()
+        for (sw, dest, slot), rate in slot_rates.items():
+            slots = self._slots.get((sw, dest))
+            if rate >= floor_bps and slots is not None and slot < len(slots):
+                count.update(self.table.via(sw, dest, slots[slot]))
+        return count
+
+    def _relieve(self, hot: DirectedLink, slot_rates: dict[SlotKey, float], now: float) -> SlotMove | None:
+        """Move one of the elephants sharing `hot` to the alternative with the fewest elephants.
+
+        Elephants are slots carrying at least `min_move_share` of the link. One elephant alone on a
+        link (a TCP flow fills any link) is not congestion a move can fix; with n on the hot link, a
+        move is made only to an alternative path whose busiest link has at most n - 2, so the
+        elephants spread out and never swap back and forth. Among those: fewest elephants, then the
+        heaviest slot, then the most room."""
+        cfg = self.config
+        cap = self._capacity_bps
+        floor = cfg.min_move_share * cap[hot]
+        elephants = self._elephants(slot_rates, floor)
+        n_hot = elephants[hot]
+        if n_hot < 2:
+            return None
+        best: tuple[tuple[int, float, float], tuple[DecisionPoint, int, int]] | None = None
+        for sw, dest, port in self.table.crossing(*hot):
+            key = (sw, dest)
+            if key not in self._base or self._hold_until.get(key, -1.0) > now:
+                continue
+            heavy = [(slot, slot_rates.get((sw, dest, slot), 0.0)) for slot, p in enumerate(self._slots[key])
+                     if p == port and slot_rates.get((sw, dest, slot), 0.0) >= floor]
+            if not heavy:
+                continue
+            for alt in self._alive.get(key, ()):
+                via = self.table.via(sw, dest, alt)
+                if alt == port or hot in via:
+                    continue
+                n_alt = max(elephants[l] for l in via)
+                if n_alt + 2 > n_hot:
+                    continue
+                room = max(self.utilisation(l) for l in via)
+                for slot, rate in heavy:
+                    after = room + rate / min(cap[l] for l in via)
+                    score = (-n_alt, rate, -after)
+                    if best is None or score > best[0]:
+                        best = (score, (key, slot, alt))
+        if best is None:
+            return None
+        key, slot, alt = best[1]
+        move = self._set_slot(key, slot, alt, "congestion")
+        self._hold_until[key] = now + cfg.hold_s
+        rate = slot_rates[(key[0], key[1], slot)]
+        old_via = self.table.via(key[0], key[1], move.old_port)
+        new_via = self.table.via(key[0], key[1], move.new_port)
+        for l in old_via - new_via:
+            if l in self._loads:
+                self._loads[l].rate_bps = max(0.0, self._loads[l].rate_bps - rate)
+        for l in new_via - old_via:
+            self._loads.setdefault(l, _Load()).rate_bps += rate
+        return move
+
+
+@functools.lru_cache(maxsize=4096)
+def _rebalance(current: tuple[int, ...], alive: tuple[int, ...]) -> tuple[int, ...]:
+    """Keep slots on live ports; give slots of dead ports to the least-used live ports; then even out
+    so no two live ports differ by more than one slot. Deterministic, so cached: a failure puts many
+    decision points (every leaf, every destination) in the same situation."""
+    new: list[int | None] = [p if p in alive else None for p in current]
+    count = Counter({p: 0 for p in alive})
+    count.update(p for p in new if p is not None)
+    for s, p in enumerate(new):
+        if p is None:
+            target = min(alive, key=lambda q: (count[q], q))
+            new[s] = target
+            count[target] += 1
+    while True:
+        hi = max(alive, key=lambda q: (count[q], -q))
+        lo = min(alive, key=lambda q: (count[q], q))
+        if count[hi] - count[lo] <= 1:
+            break
+        s = max(i for i, p in enumerate(new) if p == hi)
+        new[s] = lo
+        count[hi] -= 1
+        count[lo] += 1
+    return tuple(int(p) for p in new if p is not None)
+
+
+BUILTIN: dict[str, type[RoutingPolicy]] = {p.name: p for p in (StaticPolicy, EcmpPolicy, AdaptivePolicy)}

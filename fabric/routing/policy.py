@@ -1,0 +1,364 @@
+"""The routing policy interface: one class per routing mode, the researcher's extension point.
+
+A policy decides, for every switch, destination edge switch and entropy slot, which port a packet
+leaves by (`port`), and so the whole path of a flow (`path`: source NIC, destination NIC, source
+port). The controller turns its decisions into OpenFlow; the simulator applies them directly. Inputs
+are the model (through the path table), link states, measured loads and `now`; outputs are slot
+moves. A policy never does I/O.
+
+The base class keeps what every policy needs and exposes it read-only: liveness of every directed
+link and of every equal-cost choice, smoothed loads with hot/cool hysteresis, the slot tables at the
+decision points, and the log of routing events. Subclasses react by overriding `react_to_link` and
+`react_to_loads`, changing slots only through `_set_slot`. Built-in modes are in
+`fabric.routing.modes`; `fabric.routing.registry.load_policy("mypkg.module:MyPolicy")` loads a
+researcher's own.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fabric.errors import RoutingError
+from fabric.model import ROLE_TIER, NicPort
+from fabric.routing.entropy import EntropyPlan, plan_entropy
+from fabric.routing.tables import PathTable
+
+DirectedLink = tuple[str, int]  # (switch, egress port)
+DecisionPoint = tuple[str, str]  # (switch, destination edge switch)
+SlotKey = tuple[str, str, int]  # (switch, destination edge switch, slot)
+
+CAUSES = ("failure", "recovery", "congestion", "manual")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    hot_util: float = 0.9  # a link becomes hot at this utilisation ...
+    cool_util: float = 0.7  # ... and stops being hot below this (hysteresis)
+    hold_s: float = 0.2  # after a congestion move, leave that decision point alone this long
+    ewma_alpha: float = 0.5  # weight of the newest rate sample
+    min_move_share: float = 0.05  # slots below this share of a link are mice: not counted, not moved
+
+    def __post_init__(self) -> None:
+        if not 0 < self.cool_util < self.hot_util:
+            raise RoutingError(f"need 0 < cool_util < hot_util, got {self.cool_util}, {self.hot_util}")
+        if not 0 < self.ewma_alpha <= 1:
+            raise RoutingError(f"ewma_alpha must be in (0, 1], got {self.ewma_alpha}")
+        if self.hold_s < 0:
+            raise RoutingError(f"hold_s must be >= 0, got {self.hold_s}")
+        if not 0 <= self.min_move_share < 1:
+            raise RoutingError(f"min_move_share must be in [0, 1), got {self.min_move_share}")
+
+
+@dataclass(frozen=True)
+class SlotMove:
+    switch: str
+    dest: str  # destination edge switch
+    slot: int
+    old_port: int
+    new_port: int
+    cause: str  # one of CAUSES
+
+
+@dataclass(frozen=True)
+class RouteEvent:
+    """One decision: what triggered it, when (`now` as given, seconds), and every slot it moved."""
+
+    time_s: float
+    cause: str
+    trigger: str  # e.g. "spineA0:4 down", "leafA0:1 hot", "operator"
+    moves: tuple[SlotMove, ...]
+    decision_us: float  # the policy's own decision time
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """A directed link (a switch's egress port) as the policy sees it."""
+
+    switch: str
+    port: int
+    peer: str
+    peer_port: int
+    up: bool
+    capacity_bps: float
+    rate_bps: float  # smoothed egress rate, bits per second
+    utilisation: float
+    hot: bool
+
+
+@dataclass
+class _Load:
+    rate_bps: float = 0.0
+    hot: bool = False
+
+
+class RoutingPolicy:
+    """Base of every routing mode. `capacity_scale` maps model rates onto the measured ones (the
+    emulator's emulated/real ratio; 1.0 in the simulator). Rates are bits per second."""
+
+    #: the name `--routing` knows it by (built-ins: static, ecmp, adaptive)
+    name: ClassVar[str] = "policy"
+    #: True: a flow's slot (source port) may choose among equal-cost ports at decision points, and
+    #: the data plane keeps a slot table there; False: one port per (switch, destination).
+    multipath: ClassVar[bool] = True
+
+    def __init__(self, table: PathTable, config: RouterConfig | None = None, *, capacity_scale: float = 1.0,
+                 event_log_size: int = 10000) -> None:
+        if not capacity_scale > 0:
+            raise RoutingError(f"capacity_scale must be > 0, got {capacity_scale}")
+        self.table = table
+        self.config = config or RouterConfig()
+        self.capacity_scale = capacity_scale
+        self.entropy: EntropyPlan = plan_entropy(table)
+        fab = table.fabric
+        self._tier = {s.name: ROLE_TIER[s.role] for s in fab.switches}
+        self._edge_index = {d: i for i, d in enumerate(table.edge_switches)}
+        self._down: set[DirectedLink] = set()
+        # (switch, dest) -> equal-cost next-hop ports currently usable
+        self._alive: dict[DecisionPoint, tuple[int, ...]] = {}
+        for dest in table.edge_switches:
+            for switch in fab.switches_in(fab.switch_by_name[dest].plane):
+                ports = table.ecmp_ports(switch.name, dest)
+                if ports:
+                    self._alive[(switch.name, dest)] = ports
+        # decision point -> slot -> port; `_base` is the all-links-up mapping
+        self._base: dict[DecisionPoint, tuple[int, ...]] = {}
+        if self.multipath:
+            for sw, dest in table.decisions:
+                ports = table.ecmp_ports(sw, dest)
+                n = self.entropy.slots(self._tier[sw])
+                self._base[(sw, dest)] = tuple(self.initial_port(sw, dest, s, ports) for s in range(n))
+        self._slots: dict[DecisionPoint, list[int]] = {k: list(v) for k, v in self._base.items()}
+        self._loads: dict[DirectedLink, _Load] = {}
+        self._capacity_bps: dict[DirectedLink, float] = {}
+        for link in fab.links:
+            for end in (link.a, link.b):
+                if end.node in fab.switch_by_name:
+                    self._capacity_bps[(end.node, end.port)] = link.rate_gbps * 1e9 * capacity_scale
+        self._events: deque[RouteEvent] = deque(maxlen=event_log_size)
+
+    # ---- hooks for subclasses ------------------------------------------------------------------
+    def initial_port(self, switch: str, dest: str, slot: int, ports: tuple[int, ...]) -> int:
+        """The port of `slot` at a decision point with all links up (default: the slot mod k-th)."""
+        return ports[slot % len(ports)]
+
+    def react_to_link(self, link: DirectedLink, up: bool, changed: tuple[DecisionPoint, ...],
+                      now: float) -> list[SlotMove]:
+        """Called after a link changed state and liveness was updated (`changed`: the decision
+        points whose set of live ports changed). Default: no reaction."""
+        return []
+
+    def react_to_loads(self, slot_rates_bps: dict[SlotKey, float], now: float) -> list[SlotMove]:
+        """Called after new loads were folded in (`hot_links()` says which are hot). Default: none."""
+        return []
+
+    def static_port(self, switch: str, dest: str) -> int:
+        """For policies with `multipath = False`: the one port towards `dest`."""
+        ports = self.table.ecmp_ports(switch, dest)
+        return ports[self._edge_index[dest] % len(ports)]
+
+    # ---- the one interface ---------------------------------------------------------------------
+    def tier(self, switch: str) -> int:
+        return self._tier[switch]
+
+    def is_decision(self, switch: str, dest: str) -> bool:
+        """Whether the data plane keeps a slot table at `switch` for `dest`."""
+        return (switch, dest) in self._base
+
+    def candidates(self, switch: str, dest: str) -> tuple[int, ...]:
+        """Every equal-cost next-hop port (the data plane's fail-over order starts from the slot's)."""
+        return self.table.ecmp_ports(switch, dest)
+
+    def port(self, switch: str, dest: str, slot: int = 0) -> int:
+        """The port a packet of `slot` leaves `switch` by, towards destination edge switch `dest`."""
+        slots = self._slots.get((switch, dest))
+        if slots is not None:
+            return slots[slot]
+        ports = self.table.ecmp_ports(switch, dest)
+        if not ports:
+            raise RoutingError(f"{switch} has no path towards {dest}")
+        if not self.multipath:
+            return self.static_port(switch, dest)
+        alive = self._alive.get((switch, dest))
+        return alive[0] if alive else ports[0]
+
+    def port_for(self, switch: str, dest: str, src_port: int) -> int:
+        """`port` for a flow with this transport source port."""
+        if (switch, dest) not in self._slots:
+            return self.port(switch, dest)
+        return self.port(switch, dest, self.entropy.slot(self._tier[switch], src_port))
+
+    def path(self, src: NicPort, dst: NicPort, src_port: int) -> tuple[str, ...]:
+        """Nodes a flow from NIC `src` to NIC `dst` with this source port crosses, hosts included."""
+        if src.plane != dst.plane:
+            raise RoutingError(f"{src.host} ({src.plane}) and {dst.host} ({dst.plane}) are in different planes")
+        nodes = [src.host, src.switch]
+        node = src.switch
+        limit = len(self.table.fabric.switches) + 2
+        while node != dst.switch:
+            node = self.table.peer(node, self.port_for(node, dst.switch, src_port))[0]
+            nodes.append(node)
+            if len(nodes) > limit:
+                raise RoutingError(f"path {src.host} -> {dst.host} (source port {src_port}) loops: {nodes[:8]}...")
+        nodes.append(dst.host)
+        return tuple(nodes)
+
+    # ---- inputs --------------------------------------------------------------------------------
+    def on_link_change(self, switch: str, port: int, up: bool, now: float) -> list[SlotMove]:
+        """A port went down or came up (both directions of its link change). Returns slot moves."""
+        started = time.perf_counter()
+        if (switch, port) not in self._capacity_bps:
+            raise RoutingError(f"{switch} port {port} is not a switch port of fabric {self.table.fabric.name!r}")
+        peer = self.table.peer(switch, port)
+        ends = [(switch, port)]
+        if peer[0] in self.table.fabric.switch_by_name:
+            ends.append(peer)
+        if not [e for e in ends if (e in self._down) == up]:
+            return []
+        for e in ends:
+            (self._down.discard if up else self._down.add)(e)
+        # Every choice whose paths may cross the link, nearest the destination first, so that a
+        # switch sees its downstream neighbours' new liveness. Liveness also changes upstream of a
+        # switch that lost all its ports: those choices are in `crossing` too (their `via` holds the
+        # link), so one pass suffices.
+        keys = {k for e in ends for k in self.table.crossing(*e)}
+        dist = self.table.switch_hops
+        changed: list[DecisionPoint] = []
+        for sw, dest, p in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)):
+            alive = self._alive[(sw, dest)]
+            if self._port_alive(sw, dest, p) != (p in alive):
+                ports = set(alive) ^ {p}
+                self._alive[(sw, dest)] = tuple(q for q in self.table.ecmp_ports(sw, dest) if q in ports)
+                if (sw, dest) not in changed:
+                    changed.append((sw, dest))
+        moves = self.react_to_link((switch, port), up, tuple(sorted(changed)), now)
+        self._record(now, "recovery" if up else "failure", f"{switch}:{port} {'up' if up else 'down'}", moves,
+                     started)
+        return moves
+
+    def on_loads(self, port_rates_bps: dict[DirectedLink, float], slot_rates_bps: dict[SlotKey, float],
+                 now: float) -> list[SlotMove]:
+        """Fold in measured egress rates per directed link (bits/s) and per slot; return moves."""
+        started = time.perf_counter()
+        cfg = self.config
+        for link, rate in port_rates_bps.items():
+            cap = self._capacity_bps.get(link)
+            if cap is None:
+                continue
+            load = self._loads.setdefault(link, _Load(rate))
+            load.rate_bps += cfg.ewma_alpha * (rate - load.rate_bps)
+            util = load.rate_bps / cap
+            if load.hot and util < cfg.cool_util:
+                load.hot = False
+            elif not load.hot and util >= cfg.hot_util:
+                load.hot = True
+        moves = self.react_to_loads(slot_rates_bps, now)
+        if moves:
+            hot = ", ".join(f"{s}:{p}" for s, p in self.hot_links())
+            self._record(now, "congestion", f"hot {hot}", moves, started)
+        return moves
+
+    def forget_loads(self) -> None:
+        """Drop the smoothed loads and hot flags (as a freshly started controller has none)."""
+        self._loads.clear()
+
+    def move(self, switch: str, dest: str, slot: int, port: int, now: float) -> SlotMove | None:
+        """An operator puts one slot on a chosen live next hop (e.g. to drain a link)."""
+        started = time.perf_counter()
+        key = (switch, dest)
+        if key not in self._slots:
+            raise RoutingError(f"{switch} has no ECMP choice towards {dest} under routing {self.name!r}")
+        slots = self._slots[key]
+        if not 0 <= slot < len(slots):
+            raise RoutingError(f"slot {slot} out of range 0..{len(slots) - 1} at {switch}")
+        if port not in self._alive.get(key, ()):
+            raise RoutingError(f"port {port} of {switch} is not a live next hop towards {dest} "
+                               f"(live: {list(self._alive.get(key, ()))})")
+        if slots[slot] == port:
+            return None
+        move = self._set_slot(key, slot, port, "manual")
+        self._record(now, "manual", "operator", [move], started)
+        return move
+
+    # ---- for subclasses ------------------------------------------------------------------------
+    def _set_slot(self, key: DecisionPoint, slot: int, port: int, cause: str) -> SlotMove:
+        if cause not in CAUSES:
+            raise RoutingError(f"cause {cause!r} is not one of {CAUSES}")
+        if port not in self.table.ecmp_ports(*key):
+            raise RoutingError(f"port {port} of {key[0]} is not an equal-cost next hop towards {key[1]}")
+        slots = self._slots[key]
+        move = SlotMove(key[0], key[1], slot, slots[slot], port, cause)
+        slots[slot] = port
+        return move
+
+    def _port_alive(self, sw: str, dest: str, port: int) -> bool:
+        if (sw, port) in self._down:
+            return False
+        nxt = self.table.peer(sw, port)[0]
+        return nxt == dest or bool(self._alive.get((nxt, dest)))
+
+    def _record(self, now: float, cause: str, trigger: str, moves: list[SlotMove], started: float) -> None:
+        if moves:
+            took_us = (time.perf_counter() - started) * 1e6
+            self._events.append(RouteEvent(now, cause, trigger, tuple(moves), took_us))
+
+    # ---- read-only snapshots -------------------------------------------------------------------
+    def decision_points(self) -> tuple[DecisionPoint, ...]:
+        return tuple(sorted(self._base))
+
+    def base_slots(self, switch: str, dest: str) -> tuple[int, ...]:
+        return self._base[(switch, dest)]
+
+    def slots(self, switch: str, dest: str) -> tuple[int, ...]:
+        """Slot -> port at one decision point."""
+        return tuple(self._slots[(switch, dest)])
+
+    def slot_table(self, switch: str) -> dict[str, tuple[int, ...]]:
+        """Destination edge switch -> slot -> port, for every decision point of `switch`."""
+        return {d: tuple(p) for (s, d), p in sorted(self._slots.items()) if s == switch}
+
+    def alive(self, switch: str, dest: str) -> tuple[int, ...]:
+        return self._alive.get((switch, dest), ())
+
+    def is_up(self, link: DirectedLink) -> bool:
+        return link not in self._down
+
+    def capacity_bps(self, link: DirectedLink) -> float:
+        return self._capacity_bps[link]
+
+    def directed_links(self) -> tuple[DirectedLink, ...]:
+        return tuple(sorted(self._capacity_bps))
+
+    def rate_bps(self, link: DirectedLink) -> float:
+        load = self._loads.get(link)
+        return load.rate_bps if load else 0.0
+
+    def utilisation(self, link: DirectedLink) -> float:
+        return self.rate_bps(link) / self._capacity_bps[link]
+
+    def hot_links(self) -> tuple[DirectedLink, ...]:
+        return tuple(sorted(l for l, ld in self._loads.items() if ld.hot))
+
+    def links(self) -> tuple[LinkState, ...]:
+        out = []
+        for sw, port in self.directed_links():
+            peer, peer_port = self.table.peer(sw, port)
+            load = self._loads.get((sw, port))
+            out.append(LinkState(sw, port, peer, peer_port, (sw, port) not in self._down,
+                                 self._capacity_bps[(sw, port)], load.rate_bps if load else 0.0,
+                                 self.utilisation((sw, port)), bool(load and load.hot)))
+        return tuple(out)
+
+    def events(self, limit: int | None = None) -> tuple[RouteEvent, ...]:
+        evs = tuple(self._events)
+        return evs if limit is None else evs[-limit:] if limit > 0 else ()
+
+    def reroutes(self) -> dict[str, int]:
+        """Slot moves by cause, over the events still in the log."""
+        out = {c: 0 for c in CAUSES}
+        for e in self._events:
+            for m in e.moves:
+                out[m.cause] += 1
+        return out
+

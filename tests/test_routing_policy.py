@@ -1,0 +1,109 @@
+"""The routing policies through their one interface: `port(switch, dest, slot)` and
+`path(src NIC, dst NIC, source port)`, for the three built-in modes and a researcher's own policy
+loaded by name. Expected ports are worked out by hand from the topology files and the documented
+entropy rule (slot = (source port >> 1) & 15 at the leaf tier; slot s -> the (s mod k)-th port)."""
+from __future__ import annotations
+
+import pytest
+
+from controller.core import ControllerCore
+from fabric import topofile
+from fabric.errors import RoutingError
+from fabric.routing import AdaptivePolicy, EcmpPolicy, PathTable, RouterConfig, StaticPolicy, load_policy
+from tests.fakeoftable import FakeFabric
+from tests.policies import LastPortPolicy
+from tests.test_controller_core import _fail, tcp
+
+
+def policy(cls, topo="dual-plane-16"):
+    return cls(PathTable(topofile.load(topo)))
+
+
+def test_load_policy_knows_the_built_ins_and_a_class_by_module_path():
+    assert load_policy("static") is StaticPolicy
+    assert load_policy("ecmp") is EcmpPolicy
+    assert load_policy("adaptive") is AdaptivePolicy
+    assert load_policy("tests.policies:LastPortPolicy") is LastPortPolicy
+    with pytest.raises(RoutingError, match="'magic' is not a built-in mode"):
+        load_policy("magic")
+    with pytest.raises(RoutingError, match="cannot import module 'no_such_module'"):
+        load_policy("no_such_module:X")
+    with pytest.raises(RoutingError, match="'RouterConfig' in 'fabric.routing' is not a RoutingPolicy"):
+        load_policy("fabric.routing:RouterConfig")
+
+
+def test_ecmp_and_adaptive_ports_follow_the_entropy_rule():
+    # dual-plane-16: leafA0's uplinks are port 1 (spineA0) and port 2 (spineA1); towards leafA3
+    for cls in (EcmpPolicy, AdaptivePolicy):
+        p = policy(cls)
+        assert [p.port("leafA0", "leafA3", s) for s in range(16)] == [1, 2] * 8
+        assert p.port_for("leafA0", "leafA3", 49152 + 2 * 5) == 2
+        # spines have one way down to leafA3: port 4
+        assert p.port("spineA1", "leafA3", 7) == 4
+
+
+def test_static_takes_one_port_per_destination_whatever_the_slot():
+    p = policy(StaticPolicy)
+    # destination leafA3 is edge switch index 3 in sorted order (leafA0..3, leafB0..3): 3 mod 2 -> port 2
+    assert {p.port("leafA0", "leafA3", s) for s in range(16)} == {2}
+    assert p.decision_points() == ()
+
+
+def test_whole_paths_by_source_port():
+    fab = topofile.load("dual-plane-16")
+    p = AdaptivePolicy(PathTable(fab))
+    h0, h15 = fab.nic("h0", "A"), fab.nic("h15", "A")
+    assert p.path(h0, h15, 49152) == ("h0", "leafA0", "spineA0", "leafA3", "h15")
+    assert p.path(h0, h15, 49154) == ("h0", "leafA0", "spineA1", "leafA3", "h15")
+    assert p.path(fab.nic("h0", "B"), fab.nic("h15", "B"), 49154) == ("h0", "leafB0", "spineB1", "leafB3", "h15")
+    with pytest.raises(RoutingError, match="different planes"):
+        p.path(h0, fab.nic("h15", "B"), 49152)
+    # pyramid-16 across pods: ToR -> agg -> core -> agg -> ToR, each tier deciding by its own bits
+    pyr = topofile.load("pyramid-16")
+    q = EcmpPolicy(PathTable(pyr))
+    paths = {q.path(pyr.nic("h0", "A"), pyr.nic("h8", "A"), sp) for sp in range(49152, 65536, 2)}
+    assert len(paths) == 8  # 2 aggs x 2 cores x 2 aggs, every one reachable by some source port
+    assert all(len(x) == 7 for x in paths)
+
+
+def test_adaptive_reroutes_and_ecmp_does_not():
+    fab = topofile.load("dual-plane-16")
+    for cls, reacts in ((EcmpPolicy, False), (AdaptivePolicy, True)):
+        p = cls(PathTable(fab))
+        moves = p.on_link_change("spineA0", 4, False, 1.0)  # spineA0 -> leafA3
+        assert bool(moves) == reacts
+        assert p.is_up(("spineA0", 4)) is False and p.is_up(("leafA3", 1)) is False
+        assert p.alive("leafA0", "leafA3") == (2,)
+        if reacts:
+            assert {p.port("leafA0", "leafA3", s) for s in range(16)} == {2}
+            (event,) = p.events()
+            assert event.cause == "failure" and event.trigger == "spineA0:4 down" and len(event.moves) == len(moves)
+
+
+def test_config_is_enforced():
+    with pytest.raises(RoutingError, match="cool_util < hot_util"):
+        RouterConfig(hot_util=0.5, cool_util=0.6)
+    with pytest.raises(RoutingError, match="capacity_scale must be > 0"):
+        AdaptivePolicy(PathTable(topofile.load("leaf-spine-16")), capacity_scale=0)
+    p = policy(EcmpPolicy, "leaf-spine-16")
+    with pytest.raises(RoutingError, match="port 9 of leafA0 is not a live next hop"):
+        p.move("leafA0", "leafA3", 0, 9, 1.0)
+    with pytest.raises(RoutingError, match="has no ECMP choice"):
+        policy(StaticPolicy, "leaf-spine-16").move("leafA0", "leafA3", 0, 1, 1.0)
+
+
+def test_a_researchers_policy_runs_in_the_controller_like_a_built_in_mode():
+    # leaf-spine-16: leafA0's uplinks are ports 1..4 (spineA0..3); LastPortPolicy sends every flow by 4
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "tests.policies:LastPortPolicy")
+    assert core.routing == "last-port"
+    fake = FakeFabric(fab)
+    for sw in fab.switches:
+        fake.apply(core.on_switch_connect(sw.dpid))
+    ip = str(fab.nic("h12", "A").ip)
+    sports = range(49152, 49152 + 64, 2)
+    assert {fake.trace("h0", 0, tcp(ip, sp))[1] for sp in sports} == {"spineA3"}
+    # its own failover: spineA3's link to leafA3 dies -> the next highest live port, spineA2
+    _fail(fab, core, fake, "spineA3", 4, 1.0)
+    assert {fake.trace("h0", 0, tcp(ip, sp))[1] for sp in sports} == {"spineA2"}
+    assert core.policy.reroutes()["failure"] > 0

@@ -1,0 +1,126 @@
+"""The per-switch session (`controller.sync.DatapathSync`), driven on the fake flow table: the resync
+protocol installs everything on an empty switch, sends nothing but a barrier to a switch that is
+already right, mends what differs; the poll schedule asks for statistics when due and not again
+while a request is unanswered."""
+from __future__ import annotations
+
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from controller import ofmsg
+from controller.core import COOKIE, ControllerCore
+from controller.sync import DatapathSync, PollConfig
+from fabric import topofile
+from tests.fakeoftable import FakeFabric, apply_out, flow_stats, group_desc
+from tests.test_controller_core import tcp
+
+
+def connect(core, fake, switch, now=0.0):
+    """Run the whole resync protocol for one switch against the fake; returns the session and the
+    messages that changed the switch's tables."""
+    dpid = core.fabric.switch_by_name[switch].dpid
+    s = DatapathSync(core, dpid)
+    (req,) = apply_out(fake, s.on_connect(now))
+    assert isinstance(req[1], parser.OFPPortDescStatsRequest)
+    ports = [(a.port, True) for a in core.fabric.adjacency[switch]]
+    reqs = apply_out(fake, s.on_port_desc(req[1].xid, ports, False, now))
+    kinds = {type(m).__name__: m for _, m in reqs}
+    assert set(kinds) == {"OFPGroupDescStatsRequest", "OFPFlowStatsRequest"}
+    assert apply_out(fake, s.on_group_desc(kinds["OFPGroupDescStatsRequest"].xid, group_desc(fake, switch),
+                                           False)) == []
+    assert not s.synced
+    flows = [f for f in (ofmsg.flow_from_stats(dpid, st) for st in flow_stats(fake, switch, COOKIE)) if f]
+    out = s.on_our_flows(kinds["OFPFlowStatsRequest"].xid, flows, False)
+    changed = [m for _, m in out if not isinstance(m, parser.OFPBarrierRequest)]
+    (barrier,) = apply_out(fake, out)
+    assert isinstance(barrier[1], parser.OFPBarrierRequest) and not s.synced
+    assert s.on_barrier(barrier[1].xid, now + 0.01) and s.synced
+    return s, changed
+
+
+def test_resync_programs_an_empty_switch_then_leaves_a_correct_one_alone():
+    fab = topofile.load("dual-plane-16")
+    core = ControllerCore(fab, "adaptive")
+    fake = FakeFabric(fab)
+    first = {sw.name: connect(core, fake, sw.name)[1] for sw in fab.switches}
+    assert all(first.values())  # every switch got groups/flows
+    ip = str(fab.nic("h15", "A").ip)
+    assert fake.trace("h0", 0, tcp(ip, 49152))[-1] == "h15"
+    # a restarted controller (a new core, same model) finds every table right: nothing but barriers
+    core2 = ControllerCore(fab, "adaptive")
+    for sw in fab.switches:
+        assert connect(core2, fake, sw.name)[1] == []
+    assert fake.trace("h0", 0, tcp(ip, 49152))[-1] == "h15"
+
+
+def test_resync_mends_a_flow_that_differs_and_deletes_a_stale_one():
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "ecmp")
+    fake = FakeFabric(fab)
+    for sw in fab.switches:
+        connect(core, fake, sw.name)
+    sw = fake.switches["leafA0"]
+    entry = next(e for e in sw.entries if e.table == 1)
+    entry.instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(3, 0)])]
+    stale = type(entry)(0, 1000, {"eth_type": 0x0800, "ipv4_dst": "198.18.9.9"}, entry.instructions, COOKIE)
+    sw.entries.append(stale)
+    _, changed = connect(ControllerCore(fab, "ecmp"), fake, "leafA0")
+    commands = sorted((m.command, m.table_id) for m in changed)
+    assert commands == sorted([(ofp.OFPFC_MODIFY_STRICT, 1), (ofp.OFPFC_DELETE_STRICT, 0)])
+    assert stale not in sw.entries
+
+
+def test_replies_with_unknown_transaction_ids_are_ignored():
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "adaptive")
+    s = DatapathSync(core, fab.switch_by_name["leafA0"].dpid)
+    (_, req), = s.on_connect(0.0)
+    assert s.on_port_desc(req.xid + 999, [(1, True)], False, 0.0) == []
+    assert s.state == "ports"
+    assert s.on_barrier(req.xid, 0.0) is False
+
+
+def test_poll_schedule_asks_when_due_and_not_while_a_request_is_unanswered():
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "adaptive")
+    fake = FakeFabric(fab)
+    cfg = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, reply_timeout_s=0.5)
+    leaf, _ = connect(core, fake, "leafA0")
+    spine, _ = connect(core, fake, "spineA0")
+    leaf.config = spine.config = cfg
+
+    def kinds(out):
+        return sorted(type(m).__name__ for _, m in out)
+
+    # a leaf has decision points: port and flow statistics; a spine has none: port statistics only
+    first = leaf.due(1.0, hot=False)
+    assert kinds(first) == ["OFPFlowStatsRequest", "OFPPortStatsRequest"]
+    assert kinds(spine.due(1.0, hot=False)) == ["OFPPortStatsRequest"]
+    # unanswered: nothing new 20 ms later; answered: the port request is due again
+    assert leaf.due(1.02, hot=False) == []
+    port_req = next(m for _, m in first if isinstance(m, parser.OFPPortStatsRequest))
+    leaf.on_port_stats(port_req.xid, {1: (0, 0, 1.0)}, False, 1.02)
+    assert kinds(leaf.due(1.03, hot=False)) == ["OFPPortStatsRequest"]
+    # an unanswered request is repeated after the reply timeout
+    assert kinds(leaf.due(1.6, hot=False)) == ["OFPPortStatsRequest"]
+    # flow statistics: every 1 s in the background, every 0.25 s while hot (once answered)
+    flow_req = next(m for _, m in first if isinstance(m, parser.OFPFlowStatsRequest))
+    leaf.on_flow_stats(flow_req.xid, [], False, 1.1)
+    assert "OFPFlowStatsRequest" not in kinds(leaf.due(1.2, hot=True))
+    assert "OFPFlowStatsRequest" in kinds(leaf.due(1.26, hot=True))
+    # not synced: nothing is polled
+    fresh = DatapathSync(core, fab.switch_by_name["leafA1"].dpid, cfg)
+    assert fresh.due(5.0, hot=True) == []
+
+
+def test_a_move_triggered_by_one_switch_is_addressed_to_the_switch_it_changes():
+    # congestion at leafA0 is noticed in spineA0's statistics reply: the flow-mods go to leafA0
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "adaptive", rate_scale=1e-4)
+    fake = FakeFabric(fab)
+    sessions = {sw.name: connect(core, fake, sw.name)[0] for sw in fab.switches}
+    cap = 400e9 * 1e-4
+    core.last_slot_rates_bps.update({("leafA0", "leafA3", s): 0.3 * cap for s in (0, 4, 8)})
+    core.policy.on_loads({("leafA0", 1): 0.97 * cap}, {}, 1.0)  # leafA0's uplink 1 turns hot
+    out = sessions["spineA0"].on_port_stats(-1, {1: (0, 0, 1.0)}, False, 2.0)
+    assert out and {dpid for dpid, _ in out} == {fab.switch_by_name["leafA0"].dpid}
