@@ -7,6 +7,7 @@ controller process. It reads only `controller.state.ControllerState` (a narrow i
     GET /api/paths?src=h0&dst=h5[&sport=N][&offset=0&limit=256]   current paths between two hosts, per plane
     GET /api/events[?limit=N]            the reroute log (one row per slot moved), newest last
     GET /api/slots?switch=leafA0         its ECMP slots per destination: next hop and measured rate_bps
+    GET /api/counters                    every switch port's byte counters as last polled (tx_bytes, rx_bytes)
     POST /api/move {switch, dest, slot, port}  put one ECMP slot on a chosen next hop (planned move)
     GET /metrics                         Prometheus text format
 """
@@ -101,6 +102,10 @@ def create_app(state: ControllerState) -> tuple[Flask, CollectorRegistry]:
         if not state.is_switch(switch):
             abort(400, description=f"no switch {switch!r} in fabric {state.fabric_name!r}")
         return jsonify(state.slots(switch))
+
+    @api.get("/api/counters")
+    def counters() -> Any:
+        return jsonify({"ports": [[c.switch, c.port, c.tx_bytes, c.rx_bytes] for c in state.port_counters()]})
 
     @api.post("/api/move")
     def move() -> Any:

@@ -142,6 +142,24 @@ class CounterRates:
         return (value - old_value) / (now - old_t)
 
 
+def cover_switches(fabric: Fabric) -> list[str]:
+    """Switches whose ports see every link: every switch with hosts, then (greedily) the switch with
+    the most links not yet seen, until every switch-to-switch link has an end in the set."""
+    chosen = {p.switch for p in fabric.nic_ports}
+    unseen = {frozenset((l.a.node, l.b.node)) for l in fabric.links
+              if l.a.node in fabric.switch_by_name and l.b.node in fabric.switch_by_name}
+    unseen = {e for e in unseen if not e & chosen}
+    while unseen:
+        count: dict[str, int] = {}
+        for e in unseen:
+            for n in e:
+                count[n] = count.get(n, 0) + 1
+        best = max(sorted(count), key=lambda n: count[n])
+        chosen.add(best)
+        unseen = {e for e in unseen if best not in e}
+    return sorted(chosen)
+
+
 class ControllerCore:
     """The desired switch state and the reactions to events, for one fabric and one routing policy.
 
@@ -171,6 +189,12 @@ class ControllerCore:
                 ids[key] = i + 1
         #: datapaths with decision points: the only ones whose flow statistics mean anything
         self.decision_dpids = frozenset(self.dpid(sw) for sw in self._decision_dests)
+        #: datapaths whose port statistics are polled: a set of switches that sees every link at one
+        #: end at least (a link's far direction is its near end's rx), so fewer requests load the
+        #: userspace datapath and the controller (polling every switch every 10 ms cost both ~30% of a core)
+        self.port_poll_dpids = frozenset(self.dpid(sw) for sw in cover_switches(fabric))
+        self._peer_port = {(sw, port): self.table.peer(sw, port) for sw, port in self.policy.directed_links()}
+        self._relievers_of: dict[tuple[str, int], frozenset[int]] = {}
         self._slot_flows: dict[tuple[str, str, int, int], tuple[FlowIntent, ...]] = {}
         self.port_rates = CounterRates()
         self.slot_rates = CounterRates(min_window_s=flow_window_s)
@@ -307,6 +331,14 @@ class ControllerCore:
             rate = self.port_rates.update((name, port), tx, duration_s)
             if rate is not None:
                 rates[(name, port)] = rate * 8
+            peer = self._peer_port.get((name, port))
+            if peer is not None and peer[0] in self.fabric.switch_by_name and \
+                    self.dpid(peer[0]) not in self.port_poll_dpids:
+                # the far switch is not polled: its egress on this link is what this port received
+                self.port_bytes[peer] = (rx, tx)
+                rate = self.port_rates.update(peer, rx, duration_s)
+                if rate is not None:
+                    rates[peer] = rate * 8
         return rates
 
     def slot_of(self, switch: str, flow: FlowIntent) -> tuple[str, str, int] | None:
@@ -353,12 +385,26 @@ class ControllerCore:
         return self._apply([move] if move else [], started)
 
     def flow_stats_wanted(self) -> set[int]:
-        """Datapaths whose per-slot rates the policy needs now: the decision points whose paths
-        cross a hot link (flow statistics are costly for a userspace switch, so they are asked
-        for on demand rather than polled fast everywhere)."""
-        p = self.policy
-        return {self.dpid(sw) for link in p.hot_links()
-                for sw, dest, _ in self.table.crossing(*link) if p.is_decision(sw, dest)}
+        """Datapaths whose per-slot rates the policy needs now: the decision points that could move
+        traffic off a hot link (they have an equal-cost alternative that avoids it). Flow statistics
+        are costly for a userspace switch, so they are asked for on demand rather than polled fast
+        everywhere; a hot link into a host, which every path to that host crosses, asks for none."""
+        out: set[int] = set()
+        for link in self.policy.hot_links():
+            out |= self._relievers(link)
+        return out
+
+    def _relievers(self, link: tuple[str, int]) -> frozenset[int]:
+        cached = self._relievers_of.get(link)
+        if cached is None:
+            p = self.policy
+            found = set()
+            for sw, dest, port in self.table.crossing(*link):
+                if p.is_decision(sw, dest) and any(link not in self.table.via(sw, dest, alt)
+                                                   for alt in p.candidates(sw, dest) if alt != port):
+                    found.add(self.dpid(sw))
+            cached = self._relievers_of[link] = frozenset(found)
+        return cached
 
     # ---- queries -------------------------------------------------------------------------------
     def paths(self, src: str, dst: str, src_port: int | None = None, offset: int = 0,

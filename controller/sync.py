@@ -146,7 +146,7 @@ class DatapathSync:
             return []
         cfg = self.config
         out: list[Out] = []
-        if self._ready(self._port_poll, cfg.poll_s, now):
+        if self.dpid in self.core.port_poll_dpids and self._ready(self._port_poll, cfg.poll_s, now):
             out.append((self.dpid, self._ask(self._port_poll, ofmsg.port_stats_request(), now)))
         flow_every_s = cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
         if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):

@@ -5,17 +5,26 @@
     fabriclab up [FILE] [--routing R] [--cli | --hold]
                                                 bring up fabric + controller, check all-pairs reachability,
                                                 print a summary, tear down
+    fabriclab trace show FILE|DIR [--json]      what a trace holds: ranks, steps, compute, collectives
+    fabriclab replay [TRACE] [--topology T ...] [--routing R ...] [--out DIR]
+                                                replay a trace's collectives as real TCP bytes; with no
+                                                arguments: the built-in trace on dual-plane-16 (adaptive)
+                                                and pyramid-16 (ecmp), side by side
+    fabriclab report DIR [DIR2]                 re-render a run's report, or put two runs side by side
+    fabriclab record OUT [--ranks 4 --steps 6]  record a small real DDP job (PyTorch, gloo) as Kineto traces
 
 Any FabriclabError becomes a one-line message and exit code 2; a failed check exits 1.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import json
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from fabric import topofile
@@ -158,6 +167,138 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def _fmt_us(us: float | None) -> str:
+    return "-" if us is None else f"{us / 1000:.2f} ms"
+
+
+def cmd_trace_show(args: argparse.Namespace) -> int:
+    from traffic.traces import load, summarize as summarize_trace
+
+    summary = summarize_trace(load(args.trace, compute_gap_us=args.compute_gap_us))
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+    print(f"trace        {summary.source} ({summary.format})")
+    print(f"ranks        {len(summary.ranks)} in the trace of a {summary.world_size}-rank job; "
+          f"{summary.steps} step(s) per rank; {'timed' if summary.timed else 'NO timings'}")
+    print(f"{'rank':>5} {'step':>6} {'duration':>11} {'compute':>11} {'exposed comm':>13} {'share':>7}  collectives")
+    for st in summary.step_summaries:
+        share = "-" if st.exposed_comm_share is None else f"{st.exposed_comm_share:.1%}"
+        kinds = ", ".join(f"{k.count} {k.kind} {_fmt_bytes(k.size_bytes)}" for k in st.kinds)
+        print(f"{st.rank:>5} {st.number:>6} {_fmt_us(st.duration_us):>11} {_fmt_us(st.compute_us):>11} "
+              f"{_fmt_us(st.exposed_comm_us):>13} {share:>7}  {kinds}")
+    for note in summary.notes:
+        print(f"note         {note}")
+    return 0
+
+
+def _replay_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    topologies = args.topology or ["dual-plane-16", "pyramid-16"]
+    routings = args.routing or (["adaptive", "ecmp"] if not args.topology else ["adaptive"] * len(topologies))
+    if len(routings) == 1 and len(topologies) > 1:
+        routings = routings * len(topologies)
+    if len(routings) != len(topologies):
+        raise FabriclabError(f"give one --routing per --topology ({len(topologies)} topologies, "
+                             f"{len(routings)} routings)")
+    return list(zip(topologies, routings))
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from fabriclab.replay import replay_on_emulation
+    from traffic import report
+    from traffic.replay import ReplayOptions
+    from traffic.traces import BUILTIN_TRACE, load
+
+    trace = args.trace or str(BUILTIN_TRACE)
+    label = trace if args.trace else f"builtin ({BUILTIN_TRACE.name})"
+    workload = load(trace, compute_gap_us=args.compute_gap_us)
+    ranks = args.ranks
+    if ranks is None and not args.trace:
+        ranks = 16  # the built-in 4-rank recording, mapped onto every host of the 16-host fabrics
+    opts = ReplayOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
+                         mbps_per_gbps=args.mbps_per_gbps, dilation=args.dilation, repeat=args.repeat,
+                         compute="slept" if args.sleep_compute else "composed",
+                         compute_gap_us=args.compute_gap_us or 0.0)
+    pairs = _replay_pairs(args)
+    fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
+    out = Path(args.out)
+    results = []
+    log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
+    for fab, routing in fabrics:
+        ports = args.ports if args.ports != "auto" else ("planned" if routing == "adaptive" else "hashed")
+        run_opts = dataclasses.replace(opts, ports=ports, seed=args.seed)
+        sub = out / f"{fab.name}-{routing.replace(':', '_').replace('/', '_')}" if len(fabrics) > 1 else out
+        log(f"[fabriclab] replaying {label} on {fab.name} ({routing})")
+        bar = None
+        if not args.json and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            bar = tqdm(total=0, unit="coll", desc=f"{fab.name} {routing}", leave=False)
+
+        def progress(n: int, total: int, bar: Any = bar) -> None:
+            if bar is not None:
+                bar.total = total
+                bar.update(n - bar.n)
+
+        try:
+            result = replay_on_emulation(workload, label, fab, routing, run_opts, sub, progress=progress,
+                                         log=lambda msg: log(f"[fabriclab] {msg}"))
+        finally:
+            if bar is not None:
+                bar.close()
+        report.write_report(result, sub)
+        results.append((sub, result))
+        log(f"[fabriclab] {fab.name} ({routing}): report in {sub / 'report.html'}")
+    if len(results) == 2:
+        report.write_comparison(results[0][1], results[1][1], out)
+    if args.json:
+        print(json.dumps({"runs": [{"dir": str(d), "summary": report.summarize(r).to_dict()} for d, r in results],
+                          "comparison": report.compare(results[0][1], results[1][1]).to_dict()
+                          if len(results) == 2 else None}, indent=2))
+    elif len(results) == 2:
+        print(report.format_comparison(report.compare(results[0][1], results[1][1])))
+        print(f"reports      {out / 'comparison.html'}, {results[0][0] / 'report.html'}, "
+              f"{results[1][0] / 'report.html'}")
+    else:
+        print(report.format_summary(report.summarize(results[0][1])))
+        print(f"report       {results[0][0] / 'report.html'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from traffic import report
+    from traffic.results import load_result
+
+    if len(args.dirs) > 2:
+        raise FabriclabError(f"give one run directory, or two to compare; got {len(args.dirs)}")
+    runs = [load_result(Path(d)) for d in args.dirs]
+    if len(runs) == 1:
+        paths = report.write_report(runs[0], Path(args.out or args.dirs[0]))
+        print(report.format_summary(report.summarize(runs[0])))
+    else:
+        out = Path(args.out or args.dirs[0])
+        paths = report.write_comparison(runs[0], runs[1], out)
+        print(report.format_comparison(report.compare(runs[0], runs[1])))
+    print("wrote        " + ", ".join(str(p) for p in paths if p.suffix in (".html", ".json")))
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from traffic.record import record
+
+    paths = record(Path(args.out), ranks=args.ranks, steps=args.steps)
+    print(f"recorded     {len(paths)} rank trace(s) in {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fabriclab", description="A lab for AI-training cluster networks.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -186,6 +327,59 @@ def build_parser() -> argparse.ArgumentParser:
     hold.add_argument("--hold", action="store_true", help="keep the fabric up until Ctrl-C")
     up.add_argument("--json", action="store_true", help="machine-readable summary")
     up.set_defaults(func=cmd_up)
+
+    trace = sub.add_parser("trace", help="inspect traces").add_subparsers(dest="trace_command", required=True)
+    tshow = trace.add_parser("show", help="ranks, steps, compute, collectives per kind, exposed-communication share")
+    tshow.add_argument("trace", metavar="FILE|DIR", help="Kineto JSON (.json, .json.gz, or a directory of "
+                                                          "per-rank files), Chakra .et, or an NCCL debug log")
+    tshow.add_argument("--compute-gap-us", type=float, default=None,
+                       help="compute before each collective, for traces without timings (NCCL logs)")
+    tshow.add_argument("--json", action="store_true")
+    tshow.set_defaults(func=cmd_trace_show)
+
+    rp = sub.add_parser("replay", help="replay a trace's collectives as real TCP bytes over the emulated fabric")
+    rp.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory (default: the built-in "
+                                                              "recording, mapped onto 16 ranks)")
+    rp.add_argument("--topology", action="append", metavar="T",
+                    help="topology file or shipped name; repeat for a side-by-side comparison "
+                         "(default: dual-plane-16 and pyramid-16)")
+    rp.add_argument("--routing", action="append", metavar="R",
+                    help=ROUTING_HELP + "; one per --topology (default: adaptive, and ecmp for pyramid-16)")
+    rp.add_argument("--ranks", type=int, help="map a data-parallel trace onto this many ranks "
+                                              "(default: every host for a single-rank trace)")
+    rp.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
+    rp.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default), tree, "
+                                                         "halving_doubling, hierarchical, or auto")
+    rp.add_argument("--channels", type=int, default=2, help="TCP connections per plane per host pair (default 2)")
+    rp.add_argument("--mbps-per-gbps", type=float, default=None,
+                    help="emulated Mbit/s per real Gbit/s (default: the fastest host NIC at 1 Mbit/s, where the 2-core "
+                         "machine stays faithful with every host busy on both planes, agents and controller included)")
+    rp.add_argument("--dilation", type=float, help="emulated time / real time (default: chosen so that "
+                                                    "collectives are bandwidth-bound)")
+    rp.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
+                    help="connection source ports: planned (each channel on its own equal-cost path), hashed "
+                         "(random, as the OS picks them: classic ECMP collisions), or auto: planned under "
+                         "adaptive routing, hashed otherwise (default)")
+    rp.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
+    rp.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times (more samples for p99)")
+    rp.add_argument("--sleep-compute", action="store_true",
+                    help="sleep compute gaps at the dilation instead of composing the step timeline (slow)")
+    rp.add_argument("--compute-gap-us", type=float, default=None,
+                    help="compute before each collective, for traces without timings")
+    rp.add_argument("--out", default="results/replay", help="output directory (default results/replay)")
+    rp.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    rp.set_defaults(func=cmd_replay)
+
+    rep = sub.add_parser("report", help="re-render a run's report, or two runs side by side")
+    rep.add_argument("dirs", nargs="+", metavar="DIR", help="one or two run directories (with result.json)")
+    rep.add_argument("--out", help="where to write (default: the first DIR)")
+    rep.set_defaults(func=cmd_report)
+
+    rec = sub.add_parser("record", help="record a small real data-parallel training job (needs PyTorch)")
+    rec.add_argument("out", metavar="OUT", help="directory for the per-rank traces")
+    rec.add_argument("--ranks", type=int, default=4)
+    rec.add_argument("--steps", type=int, default=6)
+    rec.set_defaults(func=cmd_record)
     return ap
 
 

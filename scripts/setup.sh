@@ -2,7 +2,8 @@
 # fabriclab set-up: one idempotent script used by the README, by .ci/run and by the Vagrantfile.
 #
 #   sudo scripts/setup.sh            install packages, start Open vSwitch, create .venv, install fabriclab
-#   sudo scripts/setup.sh --test     the same, plus the test tools (pytest, vagrant for `vagrant validate`)
+#   sudo scripts/setup.sh --test     the same, plus the test tools (pytest, vagrant for `vagrant validate`,
+#                                    PyTorch's CPU wheel for the `fabriclab record` test)
 #
 # Open vSwitch: if the `openvswitch` kernel module loads, the kernel datapath is used; otherwise
 # ovs-vswitchd serves userspace (netdev) bridges. fabric.emulation probes the same way at run time.
@@ -43,13 +44,29 @@ else
 fi
 
 # 2. Open vSwitch daemons -----------------------------------------------------------------------
+rundir=/var/run/openvswitch
+mkdir -p "$rundir" /var/log/openvswitch /etc/openvswitch
+userspace=0
 if modprobe -q openvswitch 2>/dev/null; then
   log "openvswitch kernel module loaded: kernel datapath available"
 else
   log "no openvswitch kernel module: bridges will use the userspace (netdev) datapath"
+  userspace=1
+  # The userspace datapath sends the packets of every switch port through ONE AF_PACKET socket of
+  # ovs-vswitchd, whose send buffer (net.core.wmem_default when it is created, 208 KB) bounds what all
+  # ports' queues hold together: beyond ~140 full-size frames fabric-wide OVS drops packets ("error
+  # sending Ethernet packet: Resource temporarily unavailable"). Measured: an all-to-all on pyramid-16
+  # lost packets to 127 TCP timeouts per host. A 4 MB default gives each port its qdisc's own limit.
+  sysctl -qw net.core.wmem_default=4194304
+  if ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1; then
+    tb=$(ss -0 -a -m -p 2>/dev/null | grep -A0 '"ovs-vswitchd"' | grep -o 'tb[0-9]*' | head -n1 | tr -d tb)
+    if [ -n "$tb" ] && [ "$tb" -lt 4194304 ] && [ -f "$rundir/ovs-vswitchd.pid" ]; then
+      log "restarting ovs-vswitchd: its packet socket's send buffer is ${tb} bytes"
+      ovs-appctl -t ovs-vswitchd exit >/dev/null 2>&1 || true
+      for _ in $(seq 50); do ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1 || break; sleep 0.1; done
+    fi
+  fi
 fi
-rundir=/var/run/openvswitch
-mkdir -p "$rundir" /var/log/openvswitch /etc/openvswitch
 if ovs-vsctl --timeout=2 show >/dev/null 2>&1 && [ -S "$rundir/db.sock" ] \
    && ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1; then
   log "ovsdb-server and ovs-vswitchd already running"
@@ -88,7 +105,7 @@ if [ ! -x "$venv/bin/python" ]; then
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
 extras="."
-[ "$want_test" -eq 1 ] && extras=".[test]"
+[ "$want_test" -eq 1 ] && extras=".[test,record]"
 log "installing fabriclab into $venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -e "$here/$extras"
 "$venv/bin/python" -c "import mininet.net, os_ken, fabric, controller, traffic, fabriclab" \

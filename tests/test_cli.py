@@ -48,3 +48,46 @@ def test_unsupported_option_is_refused_before_anything_is_built():
     assert res.returncode == 2
     assert "link leafA0:1 -- spineA0:1" in res.stderr
     assert "4000 Mbit/s is outside what HTB emulates faithfully" in res.stderr
+
+
+def test_trace_show_reads_a_real_trace_and_refuses_a_corrupt_one(tmp_path):
+    from tests.conftest import TRACES
+
+    trace = TRACES / "kineto" / "resnet50_ddp_2xA100_rank0.json.gz"
+    data = json.loads(run("trace", "show", str(trace), "--json").stdout)
+    # 3 profiler steps (4, 5, 6), each with 5 all-reduces and 2 broadcasts (see tests/test_traces.py)
+    assert [s["step"] for s in data["per_step"]] == [4, 5, 6]
+    assert all(s["collectives"] == 7 for s in data["per_step"])
+    text = run("trace", "show", str(trace)).stdout
+    assert "5 all_reduce" in text and "2 broadcast" in text
+    bad = tmp_path / "cut.json.gz"
+    bad.write_bytes(trace.read_bytes()[:5000])
+    res = run("trace", "show", str(bad), check=False)
+    assert res.returncode == 2 and "cut.json.gz" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_replay_refuses_bad_input_before_building_anything(tmp_path):
+    garbage = tmp_path / "trace.json"
+    garbage.write_text("this is not a trace")
+    res = run("replay", str(garbage), check=False)
+    assert res.returncode == 2 and "trace.json" in res.stderr and "Traceback" not in res.stderr
+    res = run("replay", "--channels", "0", check=False)
+    assert res.returncode == 2 and "--channels must be >= 1" in res.stderr
+    res = run("replay", "--topology", "dual-plane-16", "--topology", "pyramid-16", "--routing", "a", "--routing",
+              "b", "--routing", "c", check=False)
+    assert res.returncode == 2 and "one --routing per --topology" in res.stderr
+    res = run("replay", "--routing", "nosuch.module:Policy", "--topology", "dual-plane-16", check=False)
+    assert res.returncode == 2 and "cannot import module 'nosuch.module'" in res.stderr
+
+
+def test_report_rerenders_a_run_and_refuses_a_bad_one(tmp_path):
+    from tests.test_report import make_run
+
+    run_dir = tmp_path / "run"
+    make_run().write(run_dir)
+    out = run("report", str(run_dir)).stdout
+    assert "report.html" in out and (run_dir / "report.html").exists()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "result.json").write_text("{}")
+    res = run("report", str(tmp_path / "bad"), check=False)
+    assert res.returncode == 2 and "result.json" in res.stderr and "Traceback" not in res.stderr

@@ -92,10 +92,11 @@ def test_poll_schedule_asks_when_due_and_not_while_a_request_is_unanswered():
     def kinds(out):
         return sorted(type(m).__name__ for _, m in out)
 
-    # a leaf has decision points: port and flow statistics; a spine has none: port statistics only
+    # a leaf has decision points and hosts: port and flow statistics; a spine has neither decisions nor
+    # a link the leaves do not see: nothing (its egress rates come from the leaves' rx counters)
     first = leaf.due(1.0, hot=False)
     assert kinds(first) == ["OFPFlowStatsRequest", "OFPPortStatsRequest"]
-    assert kinds(spine.due(1.0, hot=False)) == ["OFPPortStatsRequest"]
+    assert kinds(spine.due(1.0, hot=False)) == []
     # unanswered: nothing new 20 ms later; answered: the port request is due again
     assert leaf.due(1.02, hot=False) == []
     port_req = next(m for _, m in first if isinstance(m, parser.OFPPortStatsRequest))
@@ -124,3 +125,23 @@ def test_a_move_triggered_by_one_switch_is_addressed_to_the_switch_it_changes():
     core.policy.on_loads({("leafA0", 1): 0.97 * cap}, {}, 1.0)  # leafA0's uplink 1 turns hot
     out = sessions["spineA0"].on_port_stats(-1, {1: (0, 0, 1.0)}, False, 2.0)
     assert out and {dpid for dpid, _ in out} == {fab.switch_by_name["leafA0"].dpid}
+
+
+def test_the_polled_switches_see_every_link_and_give_the_unpolled_ends_rates():
+    from controller.core import cover_switches
+
+    fab = topofile.load("pyramid-16")
+    cover = set(cover_switches(fab))
+    for link in fab.links:
+        assert link.a.node in cover or link.b.node in cover, link.label()
+    assert {"tor0", "tor1", "tor2", "tor3"} <= cover and len(cover) < len(fab.switches)
+    # leaf-spine-16: leafA0 port 1 is its link to spineA0 (port 1). Counters of leafA0 alone give the
+    # spine's egress on that link: what leafA0 received, 1000 bytes in 1 s = 8000 bits/s
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "adaptive")
+    dpid = fab.switch_by_name["leafA0"].dpid
+    assert fab.switch_by_name["spineA0"].dpid not in core.port_poll_dpids
+    core.on_port_counters(dpid, {1: (0, 0, 1.0)})
+    rates = core.on_port_counters(dpid, {1: (5000, 1000, 2.0)})
+    assert rates == {("leafA0", 1): 40000.0, ("spineA0", 1): 8000.0}
+    assert core.port_bytes[("spineA0", 1)] == (1000, 5000)

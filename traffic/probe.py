@@ -118,8 +118,7 @@ def receive(bind: str, port: int, idle_s: float, ready_file: str | None = None,
     sock.bind((bind, port))
     sock.settimeout(idle_s)
     if ready_file:
-        with open(ready_file, "w") as f:
-            f.write(str(os.getpid()))
+        _write_atomically(ready_file, str(os.getpid()))
     seen = bytearray()
     expected = duplicates = 0
     started = False
@@ -168,8 +167,7 @@ def send(dst: str, port: int, sport: int, rate_pps: float, seconds: float, bind:
     late_over = 0
     t0_ns = time.monotonic_ns() + 1_000_000  # 1 ms from now: everything below is warm by then
     if start_file:
-        with open(start_file, "w") as f:
-            f.write(repr(t0_ns / 1e9))
+        _write_atomically(start_file, repr(t0_ns / 1e9))
     try:
         for seq in range(total):
             due = t0_ns + int(seq * gap_ns)
@@ -199,15 +197,19 @@ def send(dst: str, port: int, sport: int, rate_pps: float, seconds: float, bind:
     return SendResult(t0_ns / 1e9, rate_pps, total - len(errors), tuple(errors), late_max_ns / 1e6, late_over)
 
 
+def _write_atomically(path: str, text: str) -> None:
+    """Readers polling for the file never see it half-written: write aside, then rename."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def _write(path: str | None, data: dict[str, Any]) -> None:
-    text = json.dumps(data)
     if path:
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)  # readers never see a half-written result
+        _write_atomically(path, json.dumps(data))
     else:
-        print(text)
+        print(json.dumps(data))
 
 
 def main(argv: list[str] | None = None) -> int:

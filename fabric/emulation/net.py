@@ -29,9 +29,10 @@ from fabric.errors import EmulationError
 from fabric.model import Fabric, intf_name
 
 
-#: Receive buffer of each userspace-datapath port socket: ~1 s of a 4 kpps probe, ~1800 full-size
-#: frames, so that ovs-vswitchd stalling for tens of ms (PLATFORM.md) delays packets but loses none.
-SWITCH_PORT_RCVBUF_BYTES = 4 << 20
+#: Receive and send buffers of each userspace-datapath port socket: ~1 s of a 4 kpps probe, ~1800
+#: full-size frames, so that ovs-vswitchd stalling for tens of ms (PLATFORM.md) delays packets but loses
+#: none, and a port can queue up to its qdisc's limit (see `system.raised_socket_buffers`).
+SWITCH_PORT_SOCKET_BYTES = 4 << 20
 
 
 class Emulation:
@@ -84,7 +85,7 @@ class Emulation:
                            autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
         try:
             self._build()
-            with system.raised_rmem_default(SWITCH_PORT_RCVBUF_BYTES):
+            with system.raised_socket_buffers(SWITCH_PORT_SOCKET_BYTES):
                 self.net.start()  # ovs-vsctl waits until vswitchd has added every port
             bridges = plan.expected_names(self.fabric)[0]
             missing = sorted(bridges - set(system.present(bridges, set(), []).bridges))

@@ -3,7 +3,7 @@
 - kernel modules (`openvswitch` for the kernel datapath, `sch_netem` for delay/loss), probed;
 - whether Open vSwitch runs;
 - which of a run's bridges, interfaces and processes still exist (`present`);
-- the socket buffer default the userspace datapath's ports are created with (`raised_rmem_default`).
+- the socket buffer defaults the userspace datapath's ports are created with (`raised_socket_buffers`).
 """
 from __future__ import annotations
 
@@ -99,30 +99,39 @@ def run_batch(tool: list[str], text: str, what: str) -> None:
         raise EmulationError(f"{what} failed: {res.stderr.strip()[-300:]}")
 
 
-RMEM_DEFAULT = Path("/proc/sys/net/core/rmem_default")
+SOCKET_DEFAULTS = (Path("/proc/sys/net/core/rmem_default"), Path("/proc/sys/net/core/wmem_default"))
 
 
 @contextlib.contextmanager
-def raised_rmem_default(n_bytes: int) -> Iterator[None]:
-    """Raise the default socket receive buffer (root namespace) while the block runs, then restore it.
+def raised_socket_buffers(n_bytes: int) -> Iterator[None]:
+    """Raise the default socket receive and send buffers (root namespace) while the block runs, then
+    restore them.
 
-    Open vSwitch's userspace datapath receives every port's packets on an AF_PACKET socket created
-    with the default buffer (net.core.rmem_default, 208 KB: ~40 ms of a 4 kpps probe). When
-    ovs-vswitchd is starved of CPU for longer than that, packets are dropped there, before the
-    datapath sees them (measured: a 4 kpps probe under load lost 489-2221 of 24,000 packets with the
-    default, 0 with 8 MB). Sockets keep the size they were created with, so raising the default only
-    while the switches' ports are added is enough."""
+    Open vSwitch's userspace datapath receives and sends every port's packets on an AF_PACKET socket
+    created with the default buffers (net.core.rmem_default / wmem_default, 208 KB). Receiving: when
+    ovs-vswitchd is starved of CPU for longer than ~40 ms of a 4 kpps probe, packets are dropped there,
+    before the datapath sees them (measured: a probe under load lost 489-2221 of 24,000 packets with the
+    default, 0 with 8 MB). Sending: packets waiting in a port's HTB queue still count against the
+    socket's send buffer, so with the default only ~140 full-size frames can queue at a switch port
+    and OVS drops the rest ("error sending Ethernet packet: Resource temporarily unavailable"); an
+    all-to-all's incast then loses packets to TCP timeouts (measured: 127 timeouts per host, a 3 s
+    all-to-all taking 35 s). With larger buffers a port queues up to its qdisc's own limit (1000
+    frames), like a switch buffer. Sockets keep the sizes they were created with, so raising the
+    defaults only while the switches' ports are added is enough."""
+    saved: list[tuple[Path, str]] = []
     try:
-        old = RMEM_DEFAULT.read_text().strip()
-    except OSError:
-        yield
-        return
-    try:
-        if int(old) < n_bytes:
-            RMEM_DEFAULT.write_text(str(n_bytes))
+        for path in SOCKET_DEFAULTS:
+            try:
+                old = path.read_text().strip()
+            except OSError:
+                continue
+            saved.append((path, old))
+            if int(old) < n_bytes:
+                path.write_text(str(n_bytes))
         yield
     finally:
-        RMEM_DEFAULT.write_text(old)
+        for path, old in saved:
+            path.write_text(old)
 
 
 def emulation_blocker() -> str | None:

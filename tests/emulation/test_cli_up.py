@@ -73,10 +73,20 @@ def test_interrupted_run_tears_everything_down(sig):
     assert netns() == before
 
 
-def test_readme_main_command_as_written():
-    # the README's first command, exactly: set-up (idempotent here) and the main job on defaults
-    res = subprocess.run(["bash", "scripts/lab", "run"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+def test_readme_main_command_as_written(tmp_path):
+    # the README's first command, exactly: set-up (idempotent here) and the main job on its defaults,
+    # the built-in trace replayed on dual-plane-16 (adaptive) and pyramid-16 (ecmp), side by side
+    out = tmp_path / "replay"
+    res = subprocess.run(["bash", "scripts/lab", "run", "--out", str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=1500)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert "plane A      240/240 host pairs reachable, 0 of 720 pings lost" in res.stdout
-    assert "plane B      240/240 host pairs reachable, 0 of 720 pings lost" in res.stdout
-    assert "teardown     clean" in res.stdout and "result       OK" in res.stdout
+    assert "a  dual-plane-16 / adaptive: builtin" in res.stdout and "b  pyramid-16 / ecmp: builtin" in res.stdout
+    for row in ("step time mean", "step time p99", "busbw all_reduce", "communication share", "hottest link"):
+        assert row in res.stdout, row
+    for f in ("comparison.html", "dual-plane-16-adaptive/report.html", "pyramid-16-ecmp/report.html",
+              "dual-plane-16-adaptive/result.json", "pyramid-16-ecmp/steps.csv"):
+        assert (out / f).exists(), f
+    # 16 ranks, 6 recorded steps, 2 all-reduces each, every one replayed on both fabrics
+    for run in ("dual-plane-16-adaptive", "pyramid-16-ecmp"):
+        data = json.loads((out / run / "result.json").read_text())
+        assert data["meta"]["ranks"] == 16 and len(data["collectives"]) == 12

@@ -1,0 +1,554 @@
+"""Collectives as transfer DAGs: which rank sends how many bytes to which, in which step, after what.
+
+`schedule(kind, size_bytes, ranks, algorithm)` turns one collective into a `fabric.transfers.TransferDag`
+that both backends execute. Sizes follow the nccl-tests convention of `traffic.workload` (all-reduce,
+broadcast, reduce: the buffer; all-gather, gather: the whole output; reduce-scatter, scatter: the whole
+input; all-to-all: one rank's whole send buffer; send_recv: the message).
+
+Conventions shared by every algorithm:
+- Bytes are exact: a buffer of S bytes cut into k pieces gives pieces that differ by at most one byte
+  and sum to S (`split_bytes`: the first S mod k pieces carry the extra byte). Pieces of 0 bytes are
+  kept as 0-byte transfers, so a DAG's shape never depends on S.
+- Dependencies say when data is there: a transfer waits for the transfers that delivered the data it
+  forwards or reduces (ring: rank r's send at step k waits for its receive at step k-1). On top, the
+  transfers over one connection (src, dst) are ordered: each waits for the previous one on that
+  connection, as a connection delivers in order (the two trees of `tree` are two channels, as in
+  NCCL, each with its own connections). Data already on a rank at the start needs nothing.
+- `phase` is the step of the algorithm in an ideal lock-step run (0, 1, ...). Pipelined algorithms
+  (tree, broadcast, reduce) overlap: chunk c crosses its h-th hop in phase c + h.
+- Transfers between two ranks on the same host stay in the DAG; the backend decides they are local.
+- The ring order is the order of `ranks` as given; the caller picks it (e.g. sorted by placement).
+
+Algorithms (`ALGORITHMS`):
+- all_reduce `ring`: reduce-scatter then all-gather around the ring, 2(n-1) steps of S/n per rank.
+- all_reduce `tree`: NCCL-style double binary tree. Tree A is an in-order binary tree over positions
+  0..n-1 of `ranks`: position 0 is the root with one child; positions 1..n-1 form a tree where the
+  root of any range of positions is the one with the most trailing zero bits (so odd positions are
+  the leaves; n=8: 0 -> 4, 4 -> 2 and 6, 2 -> 1 and 3, 6 -> 5 and 7). Tree B is the same shape over a
+  renumbering: mirrored (position p holds ranks[n-1-p]) when n is even, shifted (ranks[(p+1) % n])
+  when n is odd, so that the leaves of one tree are inner nodes of the other. Each tree carries one
+  half of the buffer (halves differ by at most a byte), reduced up to its root and broadcast back
+  down, pipelined in `pipeline_chunks` chunks per half. Up-send of chunk c from a node of height h
+  (leaves 0): phase c + h; down-send of chunk c from a node at depth d: phase H + c + d (H = the
+  root's height).
+- all_reduce `halving_doubling`: recursive halving reduce-scatter (partner at distance p/2 first,
+  then p/4, ... 1, sending S/2, S/4, ... S/p), then recursive doubling all-gather (distance 1, 2, ...
+  p/2, sending S/p, ... S/2). For n not a power of two, with p the largest power of two below n and
+  r = n - p: Rabenseifner's extra steps. First a pre-step (phase 0): ranks[2i] sends its whole buffer
+  to ranks[2i+1] for i < r; the p ranks ranks[1], ranks[3], ..., ranks[2r-1], ranks[2r:] then run the
+  power-of-two algorithm; last a post-step: ranks[2i+1] sends the whole result back to ranks[2i].
+- all_reduce `hierarchical`: with `groups` of equal size m (e.g. the ranks under one leaf switch):
+  ring reduce-scatter inside each group (member j ends with chunk j of S/m), ring all-reduce of
+  chunk j across the groups between the j-th members, ring all-gather inside each group.
+- all_gather, reduce_scatter `ring`: n-1 steps of S/n per rank; position q ends with / starts with
+  chunk q.
+- all_to_all `pairwise` (the default): n-1 rounds; in round k position q sends piece q+k to q+k and
+  receives from q-k, after its receive of round k-1 has arrived: each round is a permutation, so no
+  receiver takes more than one sender at a time (NCCL schedules its grouped sends and receives to
+  peers in this order of distance, a few at a time). Without it, n-1 senders converge on every
+  receiver at once (incast), which on slow emulated links costs TCP timeouts rather than bandwidth.
+- all_to_all `direct`: every rank sends piece j of its buffer (S/n) to rank j, all at once (no
+  dependencies, as NCCL posts them as one group); phase k-1 labels the shift k (q sends to q+k).
+- broadcast `ring`: a pipelined chain from the root along the ring (root, root+1, ...) in
+  `pipeline_chunks` chunks; reduce `ring`: the reverse chain, ending at the root.
+- gather, scatter `direct`: every other rank sends its piece (S/n) to the root / receives it from it.
+- send_recv `direct`: one transfer ranks[0] -> ranks[1].
+- barrier `dissemination`: ceil(log2 n) rounds of 0-byte messages, q -> q + 2^k in round k, each
+  after the message received in the round before.
+
+Placement (rank -> host) lives here too: `block_placement`, `placement_from_file`, and `groups_by`
+to build the hierarchical groups from it.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fabric.transfers import Placement, Transfer, TransferDag, TransferError
+from traffic.workload import KINDS
+
+#: The algorithms per collective kind; the first is what "auto" picks (see `resolve_algorithm`).
+ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "all_reduce": ("ring", "tree", "halving_doubling", "hierarchical"),
+    "reduce_scatter": ("ring",),
+    "all_gather": ("ring",),
+    "all_to_all": ("pairwise", "direct"),
+    "broadcast": ("ring",),
+    "reduce": ("ring",),
+    "gather": ("direct",),
+    "scatter": ("direct",),
+    "send_recv": ("direct",),
+    "barrier": ("dissemination",),
+}
+
+#: Chunks per pipelined stream (each tree half, the broadcast/reduce chain).
+DEFAULT_PIPELINE_CHUNKS = 4
+
+_ROOTED = ("broadcast", "reduce", "gather", "scatter")
+
+Ready = dict[int, tuple[int, ...]]  # rank -> the transfers whose delivery its data waits for
+
+
+def split_bytes(size_bytes: int, parts: int) -> tuple[int, ...]:
+    """`size_bytes` cut into `parts` pieces that differ by at most one byte and sum to `size_bytes`."""
+    if parts < 1:
+        raise TransferError(f"cannot split {size_bytes} B into {parts} parts")
+    if size_bytes < 0:
+        raise TransferError(f"size_bytes must be >= 0, got {size_bytes}")
+    base, extra = divmod(size_bytes, parts)
+    return tuple(base + 1 if i < extra else base for i in range(parts))
+
+
+class _Builder:
+    """Collects transfers in a topological order and adds the in-order dependency per connection
+    (src, dst, channel); algorithms that run independent streams (the two trees) use one channel each."""
+
+    def __init__(self) -> None:
+        self.transfers: list[Transfer] = []
+        self._last_on: dict[tuple[int, int, int], int] = {}
+
+    def send(self, src: int, dst: int, size_bytes: int, phase: int, after: Iterable[int] = (), channel: int = 0) -> int:
+        deps = set(after)
+        prev = self._last_on.get((src, dst, channel))
+        if prev is not None:
+            deps.add(prev)
+        index = len(self.transfers)
+        self.transfers.append(Transfer(src, dst, size_bytes, tuple(sorted(deps)), phase))
+        self._last_on[(src, dst, channel)] = index
+        return index
+
+
+# --- rings ------------------------------------------------------------------------------------------
+
+def _ring_reduce_scatter(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
+                         ready: Ready) -> Ready:
+    """Ring reduce-scatter; position q ends holding the reduced chunk q. Step k: q sends chunk
+    (q - k - 1) mod n to q + 1. Returns rank -> its last receive (the reduced chunk is complete then)."""
+    n = len(ring)
+    waits: Ready = {r: ready.get(r, ()) for r in ring}
+    for k in range(n - 1):
+        received: Ready = {}
+        for q, r in enumerate(ring):
+            dst = ring[(q + 1) % n]
+            received[dst] = (dag.send(r, dst, chunks[(q - k - 1) % n], phase0 + k, waits[r]),)
+        waits = received
+    return waits
+
+
+def _ring_all_gather(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
+                     ready: Ready) -> Ready:
+    """Ring all-gather; position q starts with chunk q. Step k: q sends chunk (q - k) mod n to q + 1,
+    the chunk it received in step k-1. Returns rank -> its own readiness plus its last receive (the
+    earlier receives come over the same connection, so the last one implies them)."""
+    n = len(ring)
+    waits: Ready = {r: ready.get(r, ()) for r in ring}
+    for k in range(n - 1):
+        received: Ready = {}
+        for q, r in enumerate(ring):
+            dst = ring[(q + 1) % n]
+            received[dst] = (dag.send(r, dst, chunks[(q - k) % n], phase0 + k, waits[r]),)
+        waits = received
+    if n == 1:
+        return {r: ready.get(r, ()) for r in ring}
+    return {r: tuple(sorted(set(ready.get(r, ())) | set(waits[r]))) for r in ring}
+
+
+def _ring_all_reduce(dag: _Builder, ring: Sequence[int], size_bytes: int, phase0: int, ready: Ready) -> Ready:
+    chunks = split_bytes(size_bytes, len(ring))
+    reduced = _ring_reduce_scatter(dag, ring, chunks, phase0, ready)
+    return _ring_all_gather(dag, ring, chunks, phase0 + len(ring) - 1, reduced)
+
+
+# --- double binary tree -------------------------------------------------------------------------------
+
+def _range_root(lo: int, hi: int) -> int:
+    """The position in [lo, hi) (lo >= 1) with the most trailing zero bits (unique: of two multiples
+    of b in a range, one is a multiple of 2b)."""
+    b = 1 << ((hi - 1).bit_length() - 1)
+    while b >= 1:
+        m = -(-lo // b) * b
+        if m < hi:
+            return m
+        b >>= 1
+    raise TransferError(f"empty position range [{lo}, {hi})")  # unreachable for lo < hi
+
+
+def tree_children(n: int) -> tuple[tuple[int, ...], ...]:
+    """Tree A of the double binary tree over positions 0..n-1: position -> its children (see the module
+    docstring). Position 0 is the root."""
+    children: list[list[int]] = [[] for _ in range(n)]
+
+    def build(lo: int, hi: int) -> int:
+        top = _range_root(lo, hi)
+        if lo < top:
+            children[top].append(build(lo, top))
+        if top + 1 < hi:
+            children[top].append(build(top + 1, hi))
+        return top
+
+    if n > 1:
+        children[0].append(build(1, n))
+    return tuple(tuple(c) for c in children)
+
+
+def double_binary_trees(ranks: Sequence[int]) -> tuple[dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]]:
+    """The two trees as rank -> its children (root first in iteration order): tree A over positions as
+    given, tree B over the mirrored (even n) or shifted (odd n) numbering."""
+    n = len(ranks)
+    shape = tree_children(n)
+    mirror = [ranks[n - 1 - p] for p in range(n)] if n % 2 == 0 else [ranks[(p + 1) % n] for p in range(n)]
+    out = []
+    for at in (list(ranks), mirror):
+        out.append({at[p]: tuple(at[c] for c in shape[p]) for p in _preorder(shape)})
+    return out[0], out[1]
+
+
+def _preorder(shape: tuple[tuple[int, ...], ...]) -> list[int]:
+    order: list[int] = []
+    stack = [0] if shape else []
+    while stack:
+        p = stack.pop()
+        order.append(p)
+        stack.extend(reversed(shape[p]))
+    return order
+
+
+def _tree_all_reduce(dag: _Builder, ranks: Sequence[int], size_bytes: int, pipeline_chunks: int) -> None:
+    halves = split_bytes(size_bytes, 2)
+    for channel, (tree, half) in enumerate(zip(double_binary_trees(ranks), halves)):
+        order = list(tree)  # pre-order: parents before children
+        root = order[0]
+        parent = {c: p for p, cs in tree.items() for c in cs}
+        height: dict[int, int] = {}
+        for r in reversed(order):
+            height[r] = 1 + max((height[c] for c in tree[r]), default=-1)
+        depth: dict[int, int] = {root: 0}
+        for r in order[1:]:
+            depth[r] = depth[parent[r]] + 1
+        top = height[root]
+        for c, chunk in enumerate(split_bytes(half, pipeline_chunks)):
+            up: dict[int, int] = {}  # child rank -> its up-send of chunk c
+            for r in reversed(order[1:]):  # children before parents
+                up[r] = dag.send(r, parent[r], chunk, c + height[r], (up[x] for x in tree[r]), channel)
+            down: dict[int, int] = {}  # rank -> the down-send that brought it chunk c
+            for r in order:
+                after = [up[x] for x in tree[r]] if r == root else [down[r]]
+                for x in tree[r]:
+                    down[x] = dag.send(r, x, chunk, top + c + depth[r], after, channel)
+
+
+# --- halving-doubling ---------------------------------------------------------------------------------
+
+def _halving_doubling_core(dag: _Builder, active: Sequence[int], size_bytes: int, phase0: int,
+                           ready: Ready) -> Ready:
+    """Power-of-two recursive halving reduce-scatter + recursive doubling all-gather over `active`.
+    A rank's buffer accumulates: what it sends in a step was touched by every receive before, so each
+    send waits for all of the rank's earlier receives (log2 p of them at most). Returns rank -> the
+    transfers after which it holds the whole result."""
+    p = len(active)
+    chunks = split_bytes(size_bytes, p)
+    steps = p.bit_length() - 1
+    got: dict[int, list[int]] = {r: list(ready.get(r, ())) for r in active}
+    for k in range(2 * steps):
+        if k < steps:  # halving: distance p/2, p/4, ..., 1; send the half of the range without q
+            d = p >> (k + 1)
+        else:  # doubling: distance 1, 2, ..., p/2; send the whole range gathered so far
+            d = 1 << (k - steps)
+        received: dict[int, int] = {}
+        for q, r in enumerate(active):
+            if k < steps:
+                lo = (q & ~(2 * d - 1)) + (0 if q & d else d)
+            else:
+                lo = q & ~(d - 1)
+            partner = active[q ^ d]
+            received[partner] = dag.send(r, partner, sum(chunks[lo:lo + d]), phase0 + k, got[r])
+        for r, idx in received.items():
+            got[r].append(idx)
+    return {r: tuple(got[r]) for r in active}
+
+
+def _halving_doubling(dag: _Builder, ranks: Sequence[int], size_bytes: int) -> None:
+    n = len(ranks)
+    p = 1 << (n.bit_length() - 1)
+    extra = n - p
+    ready: Ready = {}
+    for i in range(extra):  # pre-step: fold ranks[2i] into ranks[2i+1]
+        ready[ranks[2 * i + 1]] = (dag.send(ranks[2 * i], ranks[2 * i + 1], size_bytes, 0),)
+    active = [ranks[2 * i + 1] for i in range(extra)] + list(ranks[2 * extra:])
+    base = 1 if extra else 0
+    done = _halving_doubling_core(dag, active, size_bytes, base, ready)
+    last = base + 2 * (p.bit_length() - 1)
+    for i in range(extra):  # post-step: hand the result back
+        dag.send(ranks[2 * i + 1], ranks[2 * i], size_bytes, last, done[ranks[2 * i + 1]])
+
+
+# --- hierarchical -------------------------------------------------------------------------------------
+
+def _hierarchical(dag: _Builder, groups: Sequence[Sequence[int]], size_bytes: int) -> None:
+    sizes = {len(g) for g in groups}
+    if len(sizes) != 1:
+        raise TransferError(f"hierarchical all_reduce needs groups of equal size, got sizes "
+                            f"{[len(g) for g in groups]}")
+    m = sizes.pop()
+    g = len(groups)
+    chunks = split_bytes(size_bytes, m)
+    ready: Ready = {}
+    for group in groups:
+        ready.update(_ring_reduce_scatter(dag, group, chunks, 0, {}))
+    inter0 = m - 1
+    for j in range(m):
+        column = [group[j] for group in groups]
+        ready.update(_ring_all_reduce(dag, column, chunks[j], inter0, ready))
+    intra0 = inter0 + 2 * (g - 1)
+    for group in groups:
+        _ring_all_gather(dag, group, chunks, intra0, ready)
+
+
+# --- one-shot and pipelined-chain collectives --------------------------------------------------------
+
+def _chain(dag: _Builder, chain: Sequence[int], size_bytes: int, pipeline_chunks: int) -> None:
+    """Pipelined chain chain[0] -> chain[1] -> ...: chunk c crosses hop h in phase c + h, after it
+    arrived at chain[h]."""
+    for c, chunk in enumerate(split_bytes(size_bytes, pipeline_chunks)):
+        arrived: tuple[int, ...] = ()
+        for h in range(len(chain) - 1):
+            arrived = (dag.send(chain[h], chain[h + 1], chunk, c + h, arrived),)
+
+
+def _all_to_all(dag: _Builder, ranks: Sequence[int], size_bytes: int, pairwise: bool = False) -> None:
+    n = len(ranks)
+    pieces = split_bytes(size_bytes, n)  # piece j of every rank's buffer goes to position j
+    received: dict[int, int] = {}  # position -> its receive in the round before
+    for k in range(1, n):
+        this_round: dict[int, int] = {}
+        for q, r in enumerate(ranks):
+            dst = (q + k) % n
+            after = (received[q],) if pairwise and q in received else ()
+            this_round[dst] = dag.send(r, ranks[dst], pieces[dst], k - 1, after)
+        received = this_round
+
+
+def _dissemination_barrier(dag: _Builder, ranks: Sequence[int]) -> None:
+    n = len(ranks)
+    waits: Ready = {r: () for r in ranks}
+    k = 0
+    while (1 << k) < n:
+        received: Ready = {}
+        for q, r in enumerate(ranks):
+            dst = ranks[(q + (1 << k)) % n]
+            received[dst] = (dag.send(r, dst, 0, k, waits[r]),)
+        waits = received
+        k += 1
+
+
+# --- entry point ----------------------------------------------------------------------------------------
+
+def _restrict_groups(groups: Sequence[Sequence[int]], ranks: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """`groups` limited to `ranks` (empty groups dropped); every rank must be in exactly one group."""
+    members = set(ranks)
+    seen: dict[int, int] = {}
+    out = []
+    for i, group in enumerate(groups):
+        for r in group:
+            if r in seen:
+                raise TransferError(f"rank {r} is in groups {seen[r]} and {i}")
+            seen[r] = i
+        kept = tuple(r for r in group if r in members)
+        if kept:
+            out.append(kept)
+    missing = [r for r in ranks if r not in seen]
+    if missing:
+        raise TransferError(f"ranks {missing} are in no group of {[list(g) for g in groups]}")
+    return tuple(out)
+
+
+def resolve_algorithm(kind: str, algorithm: str = "auto",
+                      groups: Sequence[Sequence[int]] | None = None) -> str:
+    """The algorithm `schedule` runs. "auto" is the kind's first algorithm, except for all_reduce with
+    `groups` (already restricted to the collective's ranks) of more than one group, all of one size
+    above one rank: then `hierarchical`."""
+    if kind not in ALGORITHMS:
+        raise TransferError(f"unknown collective kind {kind!r}; known: {', '.join(KINDS)}")
+    if algorithm == "auto":
+        if kind == "all_reduce" and groups is not None and len(groups) > 1 \
+                and len({len(g) for g in groups}) == 1 and len(groups[0]) > 1:
+            return "hierarchical"
+        return ALGORITHMS[kind][0]
+    if algorithm not in ALGORITHMS[kind]:
+        raise TransferError(f"unknown algorithm {algorithm!r} for {kind}; known: auto, "
+                            f"{', '.join(ALGORITHMS[kind])}")
+    return algorithm
+
+
+def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
+             groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
+             pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferDag:
+    """The transfer DAG of one collective of `size_bytes` (nccl-tests convention) over `ranks`.
+
+    `groups`: the locality of the ranks (e.g. per leaf switch), used by `hierarchical` and by "auto" for
+    all_reduce; it may cover more ranks than `ranks` (e.g. the whole job) and is restricted to them.
+    `root`: for broadcast, reduce, gather, scatter (default ranks[0]); an error for other kinds.
+    `pipeline_chunks`: chunks per pipelined stream (tree halves, broadcast/reduce chain).
+    """
+    ranks = list(ranks)
+    if not ranks:
+        raise TransferError(f"{kind}: no ranks")
+    if len(set(ranks)) != len(ranks):
+        raise TransferError(f"{kind}: duplicate ranks in {ranks}")
+    if size_bytes < 0:
+        raise TransferError(f"{kind}: size_bytes must be >= 0, got {size_bytes}")
+    if pipeline_chunks < 1:
+        raise TransferError(f"pipeline_chunks must be >= 1, got {pipeline_chunks}")
+    local_groups = _restrict_groups(groups, ranks) if groups is not None else None
+    algo = resolve_algorithm(kind, algorithm, local_groups)
+    if root is not None and kind not in _ROOTED:
+        raise TransferError(f"{kind} has no root (got root={root}); only {', '.join(_ROOTED)} have one")
+    if root is not None and root not in ranks:
+        raise TransferError(f"{kind}: root {root} is not one of the ranks {ranks}")
+    start = ranks.index(root) if root is not None else 0
+    from_root = ranks[start:] + ranks[:start]
+    dag = _Builder()
+    n = len(ranks)
+    if kind == "all_reduce":
+        if algo == "ring":
+            _ring_all_reduce(dag, ranks, size_bytes, 0, {})
+        elif algo == "tree":
+            _tree_all_reduce(dag, ranks, size_bytes, pipeline_chunks)
+        elif algo == "halving_doubling":
+            _halving_doubling(dag, ranks, size_bytes)
+        else:
+            if local_groups is None:
+                raise TransferError("hierarchical all_reduce needs groups (e.g. groups_by(placement, leaf))")
+            _hierarchical(dag, local_groups, size_bytes)
+    elif kind == "reduce_scatter":
+        _ring_reduce_scatter(dag, ranks, split_bytes(size_bytes, n), 0, {})
+    elif kind == "all_gather":
+        _ring_all_gather(dag, ranks, split_bytes(size_bytes, n), 0, {})
+    elif kind == "all_to_all":
+        _all_to_all(dag, ranks, size_bytes, pairwise=algo == "pairwise")
+    elif kind == "broadcast":
+        _chain(dag, from_root, size_bytes, pipeline_chunks)
+    elif kind == "reduce":
+        _chain(dag, from_root[::-1], size_bytes, pipeline_chunks)  # root+n-1 -> ... -> root+1 -> root
+    elif kind in ("gather", "scatter"):
+        pieces = split_bytes(size_bytes, n)
+        for q in range(1, n):
+            pos = (start + q) % n
+            src, dst = (ranks[pos], ranks[start]) if kind == "gather" else (ranks[start], ranks[pos])
+            dag.send(src, dst, pieces[pos], 0)
+    elif kind == "send_recv":
+        if n != 2:
+            raise TransferError(f"send_recv needs exactly 2 ranks (sender, receiver), got {ranks}")
+        dag.send(ranks[0], ranks[1], size_bytes, 0)
+    else:
+        _dissemination_barrier(dag, ranks)
+    label = f"{kind} {algo} {n} ranks {size_bytes} B"
+    return TransferDag(tuple(dag.transfers), tuple(ranks), label)
+
+
+# --- placement ------------------------------------------------------------------------------------------
+
+def block_placement(n_ranks: int, hosts: Sequence[str]) -> Placement:
+    """Ranks in blocks of ceil(n_ranks / len(hosts)) consecutive ranks per host, in host order (fewer
+    ranks than hosts: one per host, the first n_ranks hosts). Every host used gets the same count, as
+    a job has the same number of GPUs per host: a count that would leave the last host partly filled
+    (e.g. 5 ranks on 4 hosts) is an error."""
+    if n_ranks < 1:
+        raise TransferError(f"n_ranks must be >= 1, got {n_ranks}")
+    if not hosts:
+        raise TransferError("no hosts to place ranks on")
+    dup = sorted({h for h in hosts if list(hosts).count(h) > 1})
+    if dup:
+        raise TransferError(f"duplicate host names {dup}")
+    per_host = -(-n_ranks // len(hosts))
+    if n_ranks % per_host:
+        raise TransferError(f"{n_ranks} ranks do not fill hosts evenly at {per_host} per host "
+                            f"({len(hosts)} hosts); use a multiple of {per_host} or a placement file")
+    return Placement(tuple(hosts[r // per_host] for r in range(n_ranks)))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that rejects a key given twice (PyYAML keeps the last one silently)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    out: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in out:
+            raise TransferError(f"key {key!r} given twice (line {key_node.start_mark.line + 1})")
+        out[key] = loader.construct_object(value_node, deep=deep)
+    return out
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _json_unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise TransferError(f"key {k!r} given twice")
+        out[k] = v
+    return out
+
+
+def placement_from_file(path: str | Path, hosts: Sequence[str]) -> Placement:
+    """A placement from a YAML or JSON file (JSON for a .json suffix) holding a mapping rank -> host
+    name, e.g. `{0: h1, 1: h1, 2: h2}`. Every rank 0..n-1 must appear exactly once and every host must
+    be one of `hosts` (the fabric's host names)."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise TransferError(f"{p}: cannot read placement file: {e.strerror or e}") from None
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text, object_pairs_hook=_json_unique)
+        else:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
+    except TransferError as e:
+        raise TransferError(f"{p}: {e}") from None
+    except (ValueError, yaml.YAMLError) as e:
+        raise TransferError(f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {e}") from None
+    if not isinstance(data, dict) or not data:
+        raise TransferError(f"{p}: expected a non-empty mapping rank -> host, got {type(data).__name__}")
+    by_rank: dict[int, str] = {}
+    for key, host in data.items():
+        rank = _rank_key(key)
+        if rank is None:
+            raise TransferError(f"{p}: {key!r} is not a rank (a non-negative integer)")
+        if rank in by_rank:
+            raise TransferError(f"{p}: rank {rank} given twice")
+        if not isinstance(host, str) or host not in hosts:
+            known = ", ".join(list(hosts)[:8]) + (", ..." if len(hosts) > 8 else "")
+            raise TransferError(f"{p}: rank {rank}: {host!r} is not a host of the fabric ({known})")
+        by_rank[rank] = host
+    missing = [r for r in range(len(by_rank)) if r not in by_rank]
+    if missing:
+        raise TransferError(f"{p}: ranks must be 0..{len(by_rank) - 1} each once; missing {missing}, "
+                            f"present {sorted(by_rank)}")
+    return Placement(tuple(by_rank[r] for r in range(len(by_rank))))
+
+
+def _rank_key(key: object) -> int | None:
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, int):
+        return key if key >= 0 else None
+    if isinstance(key, str) and key.strip().isdigit():
+        return int(key.strip())
+    return None
+
+
+def groups_by(placement: Placement, key: Callable[[str], str]) -> tuple[tuple[int, ...], ...]:
+    """Ranks grouped by `key(host)` (e.g. the host's leaf switch): groups in order of their lowest
+    rank, ranks ascending inside a group; for `schedule(..., groups=...)`."""
+    out: dict[str, list[int]] = {}
+    for rank, host in enumerate(placement.hosts):
+        out.setdefault(key(host), []).append(rank)
+    return tuple(tuple(g) for g in out.values())

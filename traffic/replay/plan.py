@@ -1,0 +1,498 @@
+"""The replay plan (pure): a workload placed on a fabric, scaled, scheduled and cut into connections.
+
+- **Calls**: the workload's collectives in replay order, one `Call` per collective per step per
+  repetition. A multi-rank trace's collectives are matched across ranks by process group and order
+  (NCCL issues a communicator's collectives in the same order on every rank). A call may start once
+  (a) the previous call on its stream has ended and (b) every call that had ended before it started in
+  the recording has ended, so collectives run concurrently exactly where the trace has them
+  concurrent; a trace without timings runs them one after the other. Calls of a later step wait for
+  all calls of earlier steps.
+- **Templates**: each distinct (kind, size, ranks) becomes one transfer DAG (`traffic.collectives`)
+  with emulated sizes, placed on hosts; transfers between ranks on the same host are local.
+- **Scaling** (time dilation, DESIGN.md): links run at `rate_gbps x mbps_per_gbps` Mbit/s; bytes are
+  scaled by `bytes_scale = dilation x mbps_per_gbps / 1000`, so an emulated duration divided by the
+  dilation is the real one. The default dilation makes the typical transfer (of the bytes-weighted
+  median collective) take ~`TARGET_TRANSFER_EMU_S` on its sender's NIC (`choose_dilation`): long against
+  the datapath's tens-of-ms stalls and the emulated path latency, so collectives are bandwidth-bound.
+- **Connections**: every host pair that exchanges data gets `channels` TCP connections per plane they
+  share. With `ports="planned"`, connection c's source port is chosen by the controller's entropy rule
+  to land in slot c at every deciding tier, so the channels of a pair take distinct equal-cost paths
+  and both planes carry load (what a fabric-aware collective library does). With `ports="hashed"`
+  they are drawn at random from the ephemeral range (seeded), as the OS would pick them: classic
+  ECMP, where two flows may hash onto one link. A transfer is split evenly over its pair's
+  connections (`parts`).
+- **Cut-through**: the agents forward data as it arrives (`traffic.replay.agent`), like NCCL's slices:
+  byte i of a transfer may leave once each transfer it depends on has delivered the same fraction of
+  its own bytes (for dependencies received by this host), or been sent (for earlier sends of this host).
+"""
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from fabric.errors import FabriclabError
+from fabric.model import Fabric
+from fabric.routing import EntropyPlan, PathTable, plan_entropy
+from fabric.transfers import Placement, TransferDag
+from traffic import collectives
+from traffic.workload import Collective, Workload
+
+#: The fastest host NIC runs at this rate by default (the link scale). Measured on the 2-core machine,
+#: with every host busy on both planes, the replay agents and the controller: a ring all-reduce on
+#: dual-plane-16 reached 0.62-0.84 of the goodput bound at 2 Mbit/s per NIC and 0.90-0.97 at 1 Mbit/s.
+#: One rate for the NICs of every fabric also gives every fabric the same per-packet latency, so
+#: fabrics compare on their structure, not on how fast the emulator serialises a frame.
+NIC_EMU_MBPS = 1.0
+#: The typical transfer should take about this long on the emulator (default dilation).
+TARGET_TRANSFER_EMU_S = 0.2
+#: ... unless one repetition of the steps would then take longer than this.
+MAX_STEPS_EMU_S = 90.0
+MIN_DILATION, MAX_DILATION = 1.0, 1e9
+#: TCP payload per wire byte on the emulated links: 1448 of 1514 bytes (MTU 1500, timestamps),
+#: less ~2% for the ACKs sharing a host's egress with its own data in a ring.
+GOODPUT_SHARE = 1448 / 1514 * 0.98
+
+
+class ReplayError(FabriclabError):
+    """A replay cannot be planned or run; the message names the offending item."""
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    ranks: int | None = None  # map a data-parallel trace onto this many ranks (default: every host)
+    placement: str = "block"  # block, spread, or a YAML/JSON file rank -> host
+    algorithm: str = "ring"  # all-reduce algorithm (traffic.collectives.ALGORITHMS, or "auto")
+    channels: int = 2  # connections per plane per host pair
+    mbps_per_gbps: float | None = None  # emulated link scale; None: the fastest host NIC at NIC_EMU_MBPS
+    dilation: float | None = None  # None: chosen (TARGET_TRANSFER_EMU_S)
+    repeat: int = 1  # loop the trace's steps this many times
+    compute: str = "composed"  # or "slept": sleep compute gaps at the dilation (slow)
+    compute_gap_us: float = 0.0  # compute before each collective, for traces without timings
+    port: int = 7000  # the agents' first data port (one per stream lane)
+    ports: str = "planned"  # source ports: "planned" (channel c on the c-th path) or "hashed" (as the OS picks)
+    seed: int = 0  # for hashed source ports
+
+    def check(self) -> None:
+        if self.channels < 1:
+            raise ReplayError(f"--channels must be >= 1, got {self.channels}")
+        if self.repeat < 1:
+            raise ReplayError(f"--repeat must be >= 1, got {self.repeat}")
+        if self.mbps_per_gbps is not None and not self.mbps_per_gbps > 0:
+            raise ReplayError(f"--mbps-per-gbps must be > 0, got {self.mbps_per_gbps}")
+        if self.dilation is not None and not MIN_DILATION <= self.dilation <= MAX_DILATION:
+            raise ReplayError(f"--dilation must be in [{MIN_DILATION:g}, {MAX_DILATION:g}], got {self.dilation}")
+        if self.compute not in ("composed", "slept"):
+            raise ReplayError(f"--compute must be composed or slept, got {self.compute!r}")
+        if self.compute_gap_us < 0:
+            raise ReplayError(f"--compute-gap-us must be >= 0, got {self.compute_gap_us}")
+        if self.ports not in ("planned", "hashed"):
+            raise ReplayError(f"--ports must be planned or hashed, got {self.ports!r}")
+
+
+@dataclass(frozen=True)
+class Connection:
+    id: int
+    src_host: str
+    dst_host: str
+    plane: str
+    channel: int
+    src_ip: str
+    dst_ip: str
+    sport: int
+    lane: int = 0  # one set of connections per stream of the trace ...
+    dport: int = 0  # ... each lane to its own port of the agents (so no two connections share a 4-tuple)
+
+
+@dataclass(frozen=True)
+class Part:
+    conn: int
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class PlacedTransfer:
+    src_host: str
+    dst_host: str
+    size_bytes: int  # emulated
+    deps: tuple[int, ...]
+    parts: tuple[Part, ...]  # empty: a local transfer (both ranks on one host)
+
+    @property
+    def local(self) -> bool:
+        return not self.parts
+
+
+@dataclass(frozen=True)
+class Template:
+    """One collective's DAG placed on hosts, emulated sizes."""
+
+    id: int
+    kind: str
+    algorithm: str
+    size_bytes: int  # real
+    emu_bytes: int
+    ranks: tuple[int, ...]
+    transfers: tuple[PlacedTransfer, ...]
+
+    def hosts(self) -> set[str]:
+        return {t.src_host for t in self.transfers} | {t.dst_host for t in self.transfers}
+
+    def bytes_sent_by(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for t in self.transfers:
+            if not t.local:
+                out[t.src_host] += t.size_bytes
+        return dict(out)
+
+
+@dataclass(frozen=True)
+class Call:
+    id: int
+    template: int
+    step: int  # the trace's step number
+    step_index: int  # position of the step in the trace
+    repeat: int
+    stream: str
+    deps: tuple[int, ...]  # calls that must end first
+    collective: Collective  # as recorded (the lowest member rank's record)
+    # per rank: the index of this call's collective in that rank's step (for composing its timeline)
+    rank_index: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    workload: Workload
+    fabric: Fabric
+    options: ReplayOptions
+    placement: Placement
+    dilation: float
+    bytes_scale: float
+    templates: tuple[Template, ...]
+    calls: tuple[Call, ...]
+    connections: tuple[Connection, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    def hosts(self) -> list[str]:
+        """Every host that takes part (sends, receives or runs a rank)."""
+        used = set(self.placement.hosts)
+        for c in self.connections:
+            used |= {c.src_host, c.dst_host}
+        return [h.name for h in self.fabric.hosts if h.name in used]
+
+    @property
+    def mbps_per_gbps(self) -> float:
+        """The link scale the plan was made for (resolved from the options)."""
+        if self.options.mbps_per_gbps is None:
+            raise ReplayError("the plan has no link scale")
+        return self.options.mbps_per_gbps
+
+    def host_emu_bps(self, host: str) -> float:
+        return sum(n.rate_gbps for n in self.fabric.nics_of[host]) * self.mbps_per_gbps * 1e6
+
+    def agent_plan(self, host: str) -> dict[str, Any]:
+        """Everything one host's agent needs, as plain data (JSON)."""
+        fab = self.fabric
+        outgoing = [c for c in self.connections if c.src_host == host]
+        incoming = [c for c in self.connections if c.dst_host == host]
+        templates: dict[int, Any] = {}
+        for t in self.templates:
+            sends, recvs, local = [], [], []
+            for i, x in enumerate(t.transfers):
+                if x.local and x.src_host == host:
+                    local.append([i, x.size_bytes, list(x.deps)])
+                elif x.src_host == host:
+                    sends.append([i, x.size_bytes, list(x.deps), [[p.conn, p.size_bytes] for p in x.parts]])
+                elif x.dst_host == host:
+                    recvs.append([i, x.size_bytes])
+            if sends or recvs or local:
+                templates[t.id] = {"sends": sends, "recvs": recvs, "local": local}
+        return {
+            "host": host,
+            "ips": [str(n.ip) for n in fab.nics_of[host]],
+            "ports": sorted({c.dport for c in incoming}),
+            "outgoing": [[c.id, c.src_ip, c.sport, c.dst_ip, c.dport] for c in outgoing],
+            "incoming": [c.id for c in incoming],
+            "templates": templates,
+        }
+
+
+# ---- building the plan -------------------------------------------------------------------------------
+def _placement(fabric: Fabric, n_ranks: int, how: str) -> Placement:
+    hosts = [h.name for h in fabric.hosts]
+    if how == "block":
+        return collectives.block_placement(n_ranks, hosts)
+    if how == "spread":
+        if n_ranks > len(hosts):
+            return collectives.block_placement(n_ranks, hosts)
+        step = len(hosts) / n_ranks
+        return Placement(tuple(hosts[int(i * step)] for i in range(n_ranks)))
+    return collectives.placement_from_file(how, hosts)
+
+
+def _global_calls(workload: Workload) -> list[list[tuple[Collective, list[tuple[int, int]]]]]:
+    """Per step position: the collectives in replay order, each with [(rank, index in its step)].
+
+    Ranks' collectives are matched by (process group, k-th occurrence in the step)."""
+    n_steps = workload.steps
+    out = []
+    for s in range(n_steps):
+        seen: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
+        first: dict[tuple[tuple[int, ...], int], Collective] = {}
+        order: list[tuple[tuple[int, ...], int]] = []
+        for rt in sorted(workload.ranks, key=lambda r: r.rank):
+            if s >= len(rt.steps):
+                continue
+            count: dict[tuple[int, ...], int] = defaultdict(int)
+            for i, c in enumerate(rt.steps[s].collectives):
+                key = (c.group_ranks, count[c.group_ranks])
+                count[c.group_ranks] += 1
+                if key not in seen:
+                    seen[key], first[key] = [], c
+                    order.append(key)
+                elif first[key].kind != c.kind:
+                    raise ReplayError(f"{workload.source}: step {rt.steps[s].number}: rank {rt.rank}'s collective "
+                                      f"#{key[1]} in group {list(key[0])} is {c.kind}, rank "
+                                      f"{seen[key][0][0]}'s is {first[key].kind}: the ranks do not match")
+                seen[key].append((rt.rank, i))
+        calls = [(first[k], seen[k]) for k in order]
+        if workload.timed:
+            calls.sort(key=lambda x: (x[0].start_us if x[0].start_us is not None else math.inf))
+        out.append(calls)
+    return out
+
+
+def _call_deps(step_calls: list[tuple[Collective, list[tuple[int, int]]]], base: int, timed: bool,
+               previous_step: list[int]) -> list[tuple[int, ...]]:
+    deps: list[tuple[int, ...]] = []
+    last_on_stream: dict[str, int] = {}
+    for i, (c, _) in enumerate(step_calls):
+        d = set(previous_step)
+        if c.stream in last_on_stream:
+            d.add(last_on_stream[c.stream])
+        if not timed:
+            if i:
+                d.add(base + i - 1)
+        elif c.start_us is not None:
+            for j, (o, _) in enumerate(step_calls[:i]):
+                if o.end_us is not None and o.end_us <= c.start_us:
+                    d.add(base + j)
+        last_on_stream[c.stream] = base + i
+        deps.append(tuple(sorted(d)))
+    return deps
+
+
+def channel_sport(entropy: EntropyPlan, channel: int) -> int:
+    """The source port that puts channel `channel` in slot `channel` (mod the slots) at every deciding
+    tier: under default weights, the channel-th equal-cost next hop at every hop."""
+    return entropy.src_port_for({tier: channel % entropy.slots(tier) for tier in entropy.fields})
+
+
+def choose_dilation(occurrences: list[tuple[int, float]], steps_cost_s: float) -> tuple[float, str]:
+    """The bytes scale at which the typical transfer takes TARGET_TRANSFER_EMU_S on its sender's NIC,
+    unless one pass over the steps would then take longer than MAX_STEPS_EMU_S.
+
+    `occurrences`: per collective occurrence, (real bytes, emulated seconds its median transfer would
+    take on one sender NIC at bytes scale 1); the typical one is the bytes-weighted median.
+    `steps_cost_s`: emulated seconds one pass over the steps takes at bytes scale 1 (the busiest host's
+    bytes over its NICs). Returns the bytes scale and why.
+
+    Why per transfer: a collective's steps depend on each other (a ring's step k forwards step k-1's
+    data), so each step also pays the emulated path's latency (tens of ms: 1500-byte frames serialised
+    at a few Mbit/s per hop, plus the agents' reaction). Transfers of ~0.2 s keep that to a few µs in
+    real units, about what a real fabric's ring step costs, and the collective bandwidth-bound."""
+    costs = sorted((cost, size) for size, cost in occurrences if cost > 0)
+    if not costs:
+        return 1.0, "no collective sends data over the network"
+    total = sum(size for _, size in costs)
+    acc = 0
+    median_cost = costs[-1][0]
+    for cost, size in costs:
+        acc += size
+        if acc >= total / 2:
+            median_cost = cost
+            break
+    scale = TARGET_TRANSFER_EMU_S / median_cost
+    why = f"the typical transfer takes ~{TARGET_TRANSFER_EMU_S:g} s on an emulated NIC"
+    if steps_cost_s * scale > MAX_STEPS_EMU_S:
+        scale = MAX_STEPS_EMU_S / steps_cost_s
+        why = (f"one pass over the steps takes ~{MAX_STEPS_EMU_S:g} s emulated (capped: the typical transfer then "
+               f"takes {median_cost * scale:.2g} s, so per-step latency weighs more)")
+    return scale, why
+
+
+def default_mbps_per_gbps(fabric: Fabric) -> float:
+    """The link scale at which the fastest host NIC runs at NIC_EMU_MBPS."""
+    return NIC_EMU_MBPS / max(n.rate_gbps for n in fabric.nic_ports)
+
+
+def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
+    options.check()
+    notes: list[str] = []
+    if options.mbps_per_gbps is None:
+        options = replace(options, mbps_per_gbps=default_mbps_per_gbps(fabric))
+        notes.append(f"link scale {options.mbps_per_gbps:g} Mbit/s per Gbit/s chosen: the fastest host NIC runs at "
+                     f"{NIC_EMU_MBPS:g} Mbit/s")
+    scale = options.mbps_per_gbps
+    if scale is None:  # for the type checker
+        raise ReplayError("no link scale")
+    # a single-rank (data-parallel) trace runs on every host unless told otherwise; a multi-rank trace
+    # keeps its own ranks and groups unless --ranks maps it (it must then be data-parallel)
+    n_ranks = options.ranks
+    if n_ranks is None and len(workload.ranks) == 1:
+        n_ranks = len(fabric.hosts)
+    if n_ranks is not None and (n_ranks != workload.world_size or len(workload.ranks) != n_ranks):
+        workload = workload.mapped_to(n_ranks)
+        notes.extend(workload.notes[-1:])
+    placement = _placement(fabric, workload.world_size, options.placement)
+    if len(placement) < workload.world_size:
+        raise ReplayError(f"placement covers {len(placement)} ranks; the workload has {workload.world_size}")
+    table = PathTable(fabric)
+    entropy = plan_entropy(table)
+    host_of = placement.host
+    leaf_of = {h.name: min(n.switch for n in fabric.nics_of[h.name]) for h in fabric.hosts}
+    groups = collectives.groups_by(placement, lambda h: leaf_of[h])
+
+    # one DAG per distinct collective (kind, size, ranks), at real sizes first (for the dilation); one
+    # template per DAG and lane: each stream of the trace gets its own connections (a lane), as NCCL's
+    # communicators do, so collectives that run concurrently never queue behind each other's data
+    step_calls = _global_calls(workload)
+    lanes: dict[str, int] = {}
+    for scalls in step_calls:
+        for c, _ in scalls:
+            lanes.setdefault(c.stream, len(lanes))
+    dag_of: dict[tuple[str, int, tuple[int, ...]], int] = {}
+    dags: list[TransferDag] = []
+    algos: list[str] = []
+    keys: dict[tuple[str, int, tuple[int, ...], int], int] = {}  # (kind, size, ranks, lane) -> template
+    for scalls in step_calls:
+        for c, _ in scalls:
+            key = (c.kind, c.size_bytes, c.group_ranks)
+            keys.setdefault((*key, lanes[c.stream]), len(keys))
+            if key in dag_of:
+                continue
+            if any(r >= len(placement) for r in c.group_ranks):
+                raise ReplayError(f"{workload.source}: {c.kind} over ranks {list(c.group_ranks)}: no host for rank "
+                                  f"{max(c.group_ranks)} (placement covers {len(placement)} ranks)")
+            algorithm = options.algorithm if c.kind == "all_reduce" else "auto"
+            if algorithm == "hierarchical" and len(groups) < 2:
+                algorithm = "ring"
+            algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
+            dag_of[key] = len(dags)
+            dags.append(collectives.schedule(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups))
+            algos.append(algo)
+
+    nic_bps = {n.ip: n.rate_gbps * scale * 1e6 for n in fabric.nic_ports}
+    host_bps = {h.name: sum(n.rate_gbps for n in fabric.nics_of[h.name]) * scale * 1e6
+                for h in fabric.hosts}
+    occurrences: list[tuple[int, float]] = []
+    steps_sent: dict[str, int] = defaultdict(int)
+    for scalls in step_calls:
+        for c, _ in scalls:
+            dag = dags[dag_of[(c.kind, c.size_bytes, c.group_ranks)]]
+            per_nic_s = []
+            for t in dag.transfers:
+                a, b = host_of(t.src), host_of(t.dst)
+                if a == b:
+                    continue
+                steps_sent[a] += t.size_bytes
+                shared = [n for n in fabric.nics_of[a] if any(m.plane == n.plane for m in fabric.nics_of[b])]
+                per_nic_s.append(t.size_bytes / len(shared) * 8 / min(nic_bps[n.ip] for n in shared))
+            if per_nic_s:
+                occurrences.append((c.size_bytes, sorted(per_nic_s)[len(per_nic_s) // 2]))
+    steps_cost_s = max((b * 8 / host_bps[h] for h, b in steps_sent.items()), default=0.0)
+    if options.dilation is not None:
+        dilation = options.dilation
+        bytes_scale = dilation * scale / 1000
+        notes.append(f"dilation {dilation:g} as asked")
+    else:
+        bytes_scale, why = choose_dilation(occurrences, steps_cost_s)
+        dilation = bytes_scale * 1000 / scale
+        dilation = min(MAX_DILATION, max(MIN_DILATION, dilation))
+        bytes_scale = dilation * scale / 1000
+        notes.append(f"dilation {dilation:.4g} chosen: {why}")
+
+    # connections for every host pair with data on a lane, `channels` per shared plane
+    pairs: set[tuple[str, str, int]] = set()
+    for (kind, size, ranks, lane) in keys:
+        for t in dags[dag_of[(kind, size, ranks)]].transfers:
+            a, b = host_of(t.src), host_of(t.dst)
+            if a != b:
+                pairs.add((a, b, lane))
+    conns: list[Connection] = []
+    by_pair: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+    index = {h.name: h.index for h in fabric.hosts}
+    rng = random.Random(options.seed)
+    used_ports: set[tuple[str, int, str, int]] = set()
+    for a, b, lane in sorted(pairs, key=lambda p: (p[2], index[p[0]], index[p[1]])):
+        for nic in fabric.nics_of[a]:
+            peer = [n for n in fabric.nics_of[b] if n.plane == nic.plane]
+            if not peer:
+                continue
+            for ch in range(options.channels):
+                if options.ports == "planned":
+                    sport = channel_sport(entropy, ch)
+                else:
+                    while True:  # Linux's default ephemeral range; no two connections share a 4-tuple
+                        sport = rng.randrange(32768, 61000)
+                        if (str(nic.ip), sport, str(peer[0].ip), options.port + lane) not in used_ports:
+                            break
+                used_ports.add((str(nic.ip), sport, str(peer[0].ip), options.port + lane))
+                conn = Connection(len(conns), a, b, nic.plane, ch, str(nic.ip), str(peer[0].ip), sport, lane,
+                                  options.port + lane)
+                by_pair[(a, b, lane)].append(conn.id)
+                conns.append(conn)
+        if not by_pair[(a, b, lane)]:
+            raise ReplayError(f"hosts {a} and {b} share no plane")
+
+    templates = []
+    for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
+        d = dag_of[(kind, size_real, ranks)]
+        dag = dags[d]
+        placed = []
+        for t in dag.transfers:
+            a, b = host_of(t.src), host_of(t.dst)
+            size = int(round(t.size_bytes * bytes_scale))
+            if a == b:
+                parts: tuple[Part, ...] = ()
+            else:
+                ids = by_pair[(a, b, lane)]
+                # every part carries at least one byte; a 0-byte transfer is one 0-byte part
+                split = [(cid, n) for cid, n in zip(ids, collectives.split_bytes(size, len(ids))) if n > 0]
+                parts = tuple(Part(cid, n) for cid, n in split) if split else (Part(ids[0], 0),)
+            placed.append(PlacedTransfer(a, b, size, t.deps, parts))
+        _check_local_deps(dag, placed)
+        templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
+                                  tuple(placed)))
+
+    calls: list[Call] = []
+    previous: list[int] = []  # a step waits for every call of the step before (across repetitions too)
+    for rep in range(options.repeat):
+        for s, scalls in enumerate(step_calls):
+            base = len(calls)
+            deps = _call_deps(scalls, base, workload.timed, previous)
+            number = workload.ranks[0].steps[s].number if s < len(workload.ranks[0].steps) else s
+            for (c, members), cdeps in zip(scalls, deps):
+                tkey = (c.kind, c.size_bytes, c.group_ranks, lanes[c.stream])
+                calls.append(Call(len(calls), keys[tkey], number, s, rep, c.stream, cdeps, c, tuple(members)))
+            previous = list(range(base, len(calls)))
+    if not calls:
+        raise ReplayError(f"{workload.source}: no collectives to replay")
+    if not workload.timed:
+        notes.append("the trace has no timings: collectives replayed one after another, compute "
+                     f"{options.compute_gap_us:g} us before each (--compute-gap-us)")
+    return ReplayPlan(workload, fabric, options, placement, dilation, bytes_scale, tuple(templates), tuple(calls),
+                      tuple(conns), tuple(notes))
+
+
+def _check_local_deps(dag: TransferDag, placed: Sequence[PlacedTransfer]) -> None:
+    """Every dependency of a transfer must be known to its sending host: a transfer it received, or
+    one it sent itself (the agents know nothing else)."""
+    for i, t in enumerate(placed):
+        for d in t.deps:
+            dep = placed[d]
+            if t.src_host not in (dep.dst_host, dep.src_host):
+                raise ReplayError(f"{dag.label}: transfer {i} ({t.src_host} -> {t.dst_host}) depends on transfer "
+                                  f"{d} ({dep.src_host} -> {dep.dst_host}), which its host never sees")

@@ -1,0 +1,229 @@
+"""Trace ingestion: read a training trace (a file, or a directory of per-rank files) into a `Workload`.
+
+`load` detects the format from the content, not the name: gzip magic, then JSON (Kineto Chrome trace,
+`traffic.traces.kineto`), NCCL `COLL` debug log text (`traffic.traces.nccl_log`), or a Chakra execution
+trace (a varint-length-prefixed protobuf stream, `traffic.traces.chakra`). `summarize` turns a workload into
+a small record the CLI prints. Every failure is a `TraceError` whose message names the file and the problem.
+"""
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from traffic.workload import TraceError, Workload
+
+#: The built-in recording: a CPU data-parallel job (DDP, gloo, 4 ranks), one gzipped Kineto trace per rank.
+BUILTIN_TRACE = Path(__file__).resolve().parent.parent / "data" / "builtin"
+
+GZIP_MAGIC = b"\x1f\x8b"
+FORMATS = ("kineto", "nccl-log", "chakra")
+_SNIFF_BYTES = 1 << 16  # how much of a file's (decompressed) start the format detection reads
+
+
+def open_trace(path: Path) -> BinaryIO:
+    """The file's bytes, decompressed when it starts with the gzip magic."""
+    try:
+        f = path.open("rb")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot open ({exc.strerror or exc})") from None
+    if f.read(2) == GZIP_MAGIC:
+        f.close()
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    f.seek(0)
+    return f
+
+
+def read_error(path: Path, exc: BaseException) -> TraceError:
+    """A TraceError for a low-level read failure (truncated gzip, bad JSON, undecodable bytes)."""
+    if isinstance(exc, EOFError):
+        what = "truncated: the compressed stream ends before its end marker"
+    elif isinstance(exc, (gzip.BadGzipFile, zlib.error)):
+        what = f"corrupt gzip data ({exc})"
+    elif isinstance(exc, UnicodeDecodeError):
+        what = f"undecodable bytes at offset {exc.start} ({exc.reason})"
+    else:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        what = f"{type(exc).__name__}: {first}"
+    return TraceError(f"{path}: {what}")
+
+
+def detect_format(path: Path) -> str:
+    """"kineto", "nccl-log" or "chakra", from the file's first bytes (decompressed if gzipped)."""
+    try:
+        with open_trace(path) as f:
+            head = f.read(_SNIFF_BYTES)
+    except (EOFError, OSError, zlib.error) as exc:
+        raise read_error(path, exc) from None
+    if not head:
+        raise TraceError(f"{path}: empty file, not a trace")
+    stripped = head.lstrip()
+    if stripped[:1] in (b"{", b"["):
+        return "kineto"
+    text = _as_text(head)
+    if text is not None:
+        if "NCCL" in text:
+            return "nccl-log"
+        raise TraceError(f"{path}: text that is neither JSON nor an NCCL debug log; not a known trace format")
+    if _looks_like_chakra(head) or path.suffix == ".et":
+        return "chakra"
+    raise TraceError(f"{path}: binary data that is not gzip, JSON, an NCCL log or a Chakra trace; "
+                     "not a known trace format")
+
+
+def _as_text(head: bytes) -> str | None:
+    """The bytes as text if they are UTF-8 without control characters other than whitespace."""
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # not just a character cut at the end of the sniffed block
+            return None
+        text = head[: exc.start].decode("utf-8")
+    if any(ord(c) < 32 and c not in "\t\n\r\f\v" for c in text):
+        return None
+    return text
+
+
+def _looks_like_chakra(head: bytes) -> bool:
+    """A Chakra ET file is a stream of varint32-length-prefixed protobuf messages; the first message
+    (GlobalMetadata) starts with a length-delimited field, so its first tag byte has wire type 2."""
+    length = shift = 0
+    for i, byte in enumerate(head[:5]):
+        length |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            body = head[i + 1:]
+            fits = len(body) >= length or len(head) == _SNIFF_BYTES
+            return length > 0 and bool(body) and body[0] & 0x07 == 2 and fits
+    return False
+
+
+def load(path: str | Path, *, compute_gap_us: float | None = None,
+         collectives_per_step: int | None = None) -> Workload:
+    """Read a trace file, or a directory of per-rank trace files of one format, into a Workload.
+
+    `compute_gap_us` and `collectives_per_step` apply to NCCL logs only (they have no timings and no step
+    markers); passing them for another format is a TraceError."""
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(f"{p}: no such file or directory")
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+        if not files:
+            raise TraceError(f"{p}: empty directory, no trace files in it")
+    else:
+        files = [p]
+    formats = {f: detect_format(f) for f in files}
+    kinds = sorted(set(formats.values()))
+    if len(kinds) > 1:
+        listing = ", ".join(f"{f.name} ({k})" for f, k in formats.items())
+        raise TraceError(f"{p}: a directory mixing trace formats: {listing}")
+    fmt = kinds[0]
+    if fmt != "nccl-log" and (compute_gap_us is not None or collectives_per_step is not None):
+        raise TraceError(f"{p}: compute_gap_us / collectives_per_step apply to NCCL logs only; "
+                         f"this is a {fmt} trace with its own timings and steps")
+    if fmt == "nccl-log":
+        from traffic.traces.nccl_log import read_nccl_logs
+        return read_nccl_logs(files, source=p, compute_gap_us=compute_gap_us,
+                              collectives_per_step=collectives_per_step)
+    if fmt == "kineto":
+        from traffic.traces.kineto import read_kineto
+        return _merge_ranks([read_kineto(f, in_directory=p.is_dir()) for f in files], p)
+    try:
+        from traffic.traces.chakra import read_chakra
+    except ImportError as exc:
+        raise TraceError(f"{p}: Chakra support is missing (traffic.traces.chakra cannot be imported: {exc})") from None
+    return _merge_ranks([read_chakra(f) for f in files], p)
+
+
+def _merge_ranks(parts: list[Workload], source: Path) -> Workload:
+    """One Workload from per-rank files: each file keeps its own ranks and groups."""
+    if len(parts) == 1:
+        return parts[0]
+    seen: dict[int, str] = {}
+    ranks = []
+    notes: list[str] = []
+    for w in parts:
+        for r in w.ranks:
+            if r.rank in seen:
+                raise TraceError(f"{source}: rank {r.rank} appears in both {seen[r.rank]} and {w.source}")
+            seen[r.rank] = w.source
+            ranks.append(r)
+        notes.extend(n for n in w.notes if n not in notes)
+    ranks.sort(key=lambda r: r.rank)
+    world = max([w.world_size for w in parts] + [ranks[-1].rank + 1])
+    return replace(parts[0], name=source.name, source=str(source), world_size=world, ranks=tuple(ranks),
+                   timed=all(w.timed for w in parts), notes=tuple(notes))
+
+
+# --- summary -------------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KindSummary:
+    kind: str
+    count: int
+    size_bytes: int  # total over the step's collectives of this kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "count": self.count, "size_bytes": self.size_bytes}
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    rank: int
+    number: int
+    duration_us: float | None
+    compute_us: float
+    exposed_comm_us: float | None  # None where the trace has no timings
+    exposed_comm_share: float | None  # exposed communication / step duration, as recorded
+    kinds: tuple[KindSummary, ...]
+
+    @property
+    def collectives(self) -> int:
+        return sum(k.count for k in self.kinds)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(k.size_bytes for k in self.kinds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rank": self.rank, "step": self.number, "duration_us": self.duration_us,
+                "compute_us": self.compute_us, "exposed_comm_us": self.exposed_comm_us,
+                "exposed_comm_share": self.exposed_comm_share, "collectives": self.collectives,
+                "size_bytes": self.size_bytes, "by_kind": [k.to_dict() for k in self.kinds]}
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    name: str
+    source: str
+    format: str
+    world_size: int
+    ranks: tuple[int, ...]  # the ranks the trace covers
+    steps: int  # steps per rank (the most any rank has)
+    timed: bool
+    step_summaries: tuple[StepSummary, ...]  # every rank's steps, by rank then step
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "format": self.format, "world_size": self.world_size,
+                "ranks": list(self.ranks), "steps": self.steps, "timed": self.timed,
+                "per_step": [s.to_dict() for s in self.step_summaries], "notes": list(self.notes)}
+
+
+def summarize(workload: Workload) -> TraceSummary:
+    """Per rank and step: compute time, collectives (count and bytes per kind), exposed-communication share."""
+    rows = []
+    for r in workload.ranks:
+        for s in r.steps:
+            kinds = tuple(KindSummary(k, n, b) for k, (n, b) in sorted(s.bytes_by_kind().items()))
+            exposed = s.exposed_comm_us if workload.timed else None
+            share = None
+            if exposed is not None and s.duration_us:
+                share = exposed / s.duration_us
+            rows.append(StepSummary(r.rank, s.number, s.duration_us, s.compute_us, exposed, share, kinds))
+    return TraceSummary(workload.name, workload.source, workload.format, workload.world_size,
+                        tuple(r.rank for r in workload.ranks), workload.steps, workload.timed, tuple(rows),
+                        workload.notes)

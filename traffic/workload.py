@@ -1,0 +1,230 @@
+"""The workload: what a training job communicates, per rank and step, read from a trace.
+
+Every trace format (`traffic.traces`: Kineto JSON, Chakra execution traces, NCCL debug logs) is
+parsed into one `Workload`: per rank, per training step, the compute intervals and the collectives
+(kind, bytes, dtype, process group) in the order the trace has them, with the trace's own timings
+kept where it has any. Times are microseconds relative to the start of their step.
+
+Sizes follow the nccl-tests convention (`size_bytes`): all-reduce, broadcast, reduce: the buffer;
+all-gather: the whole output (every rank's part); reduce-scatter: the whole input; all-to-all: the
+whole send buffer of one rank. Kineto's "max(In msg nelems, Out msg nelems) x dtype size" is that size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Iterable
+
+from fabric.errors import FabriclabError
+
+#: Collective kinds, named as in PyTorch / nccl-tests (snake case).
+KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "gather",
+         "scatter", "send_recv", "barrier")
+
+
+class TraceError(FabriclabError):
+    """A trace cannot be read: the message names the file and the problem (the CLI exits 2)."""
+
+
+Interval = tuple[float, float]  # (start_us, end_us), relative to the step start
+
+
+@dataclass(frozen=True)
+class Collective:
+    kind: str  # one of KINDS
+    size_bytes: int  # nccl-tests size (see the module docstring)
+    dtype: str  # "float32", "bfloat16", ... ("unknown" if the trace does not say)
+    group_ranks: tuple[int, ...]  # global ranks of the process group, ascending
+    stream: str = "0"  # the device stream / track it ran on: collectives on one stream are serial
+    start_us: float | None = None  # relative to the step start; None where the trace has no timings
+    duration_us: float | None = None
+    name: str = ""  # the trace's own name for it (kernel, annotation or node name)
+
+    @property
+    def group_size(self) -> int:
+        return len(self.group_ranks)
+
+    @property
+    def end_us(self) -> float | None:
+        if self.start_us is None or self.duration_us is None:
+            return None
+        return self.start_us + self.duration_us
+
+
+@dataclass(frozen=True)
+class Step:
+    number: int  # ProfilerStep#N's N, or 0, 1, ... where the trace has no step markers
+    duration_us: float | None  # None where the trace has no timings
+    compute: tuple[Interval, ...]  # merged, sorted busy intervals of compute (not communication)
+    collectives: tuple[Collective, ...]  # in issue order (by start time where timed)
+
+    @property
+    def compute_us(self) -> float:
+        return sum(b - a for a, b in self.compute)
+
+    @property
+    def comm_intervals(self) -> tuple[Interval, ...]:
+        spans = [(c.start_us, c.end_us) for c in self.collectives if c.start_us is not None and c.end_us is not None]
+        return merge_intervals(spans)  # type: ignore[arg-type]
+
+    @property
+    def comm_us(self) -> float:
+        """Time at least one collective was running (union of their intervals)."""
+        return sum(b - a for a, b in self.comm_intervals)
+
+    @property
+    def exposed_comm_us(self) -> float:
+        """Communication time not hidden behind compute (union of collectives minus compute)."""
+        return self.comm_us - overlap_us(self.comm_intervals, self.compute)
+
+    def bytes_by_kind(self) -> dict[str, tuple[int, int]]:
+        """kind -> (count, total bytes) in this step."""
+        out: dict[str, tuple[int, int]] = {}
+        for c in self.collectives:
+            n, b = out.get(c.kind, (0, 0))
+            out[c.kind] = (n + 1, b + c.size_bytes)
+        return out
+
+
+@dataclass(frozen=True)
+class RankTrace:
+    rank: int
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str  # e.g. the file's stem
+    source: str  # the path it was read from
+    format: str  # "kineto", "chakra" or "nccl-log"
+    world_size: int  # ranks in the job (the largest process group, or as the trace says)
+    ranks: tuple[RankTrace, ...]  # the ranks the trace covers (one for a single-rank trace)
+    timed: bool  # whether steps carry the trace's own timings
+    notes: tuple[str, ...] = field(default=())  # what the parser assumed or could not know
+
+    @property
+    def steps(self) -> int:
+        return max((len(r.steps) for r in self.ranks), default=0)
+
+    def collectives(self) -> Iterable[Collective]:
+        for r in self.ranks:
+            for s in r.steps:
+                yield from s.collectives
+
+    def mapped_to(self, n_ranks: int) -> "Workload":
+        """A data-parallel job from fewer ranks, on `n_ranks` ranks: every rank runs rank 0's steps, and
+        every collective whose group spanned the whole recorded job spans all `n_ranks`. Collectives
+        over a sub-group of the recorded job cannot be mapped and raise TraceError."""
+        if n_ranks < 2:
+            raise TraceError(f"{self.source}: cannot map onto {n_ranks} ranks (need at least 2)")
+        base = self.ranks[0]
+        whole = set(range(self.world_size))
+        steps = []
+        for s in base.steps:
+            colls = []
+            for c in s.collectives:
+                if set(c.group_ranks) != whole and c.kind != "send_recv":
+                    raise TraceError(
+                        f"{self.source}: step {s.number}: {c.kind} over ranks {list(c.group_ranks)} is not "
+                        f"data-parallel over all {self.world_size} ranks; it cannot be mapped onto {n_ranks}")
+                colls.append(replace(c, group_ranks=tuple(range(n_ranks))))
+            steps.append(replace(s, collectives=tuple(colls)))
+        ranks = tuple(RankTrace(r, tuple(steps)) for r in range(n_ranks))
+        note = f"mapped from {self.world_size} recorded rank(s) onto {n_ranks} (data-parallel: rank {base.rank}'s steps)"
+        return replace(self, world_size=n_ranks, ranks=ranks, notes=self.notes + (note,))
+
+
+def merge_intervals(spans: Iterable[Interval]) -> tuple[Interval, ...]:
+    """Union of intervals, as sorted disjoint intervals."""
+    out: list[list[float]] = []
+    for a, b in sorted(spans):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return tuple((a, b) for a, b in out)
+
+
+def overlap_us(xs: tuple[Interval, ...], ys: tuple[Interval, ...]) -> float:
+    """Total length of the intersection of two sorted disjoint interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(xs) and j < len(ys):
+        a = max(xs[i][0], ys[j][0])
+        b = min(xs[i][1], ys[j][1])
+        if b > a:
+            total += b - a
+        if xs[i][1] < ys[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+# --- names shared by the trace parsers: dtypes and collective kinds -------------------------------------------------
+
+#: Bytes per element, by canonical dtype name (the names `Collective.dtype` uses).
+DTYPE_BYTES = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint64": 8, "uint32": 4, "uint16": 2, "uint8": 1,
+    "bool": 1, "complex128": 16, "complex64": 8,
+}
+
+# How the traces spell them: c10 ScalarType names (Kineto's `dtype` arg: "Float", "BFloat16"), C++ type names
+# (Kineto's `Input type`: "float", "long int", "c10::Half") and numpy-style names; compared in lower case.
+_DTYPE_ALIASES = {
+    "double": "float64", "float": "float32", "half": "float16", "c10::half": "float16",
+    "c10::bfloat16": "bfloat16", "float8_e4m3fn": "float8_e4m3fn", "c10::float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2", "c10::float8_e5m2": "float8_e5m2",
+    "long": "int64", "long int": "int64", "long long": "int64", "long long int": "int64", "int64_t": "int64",
+    "int": "int32", "int32_t": "int32", "short": "int16", "short int": "int16", "int16_t": "int16",
+    "char": "int8", "signed char": "int8", "int8_t": "int8",
+    "byte": "uint8", "unsigned char": "uint8", "uint8_t": "uint8", "unsigned short": "uint16",
+    "unsigned int": "uint32", "unsigned long": "uint64", "unsigned long int": "uint64",
+    "complexfloat": "complex64", "c10::complex<float>": "complex64",
+    "complexdouble": "complex128", "c10::complex<double>": "complex128",
+}
+
+
+def canonical_dtype(name: str) -> str | None:
+    """The canonical dtype name ("float32", ...) for a trace's spelling, or None if it is not a known dtype."""
+    key = name.strip().lower()
+    if key in DTYPE_BYTES:
+        return key
+    return _DTYPE_ALIASES.get(key)
+
+
+# Collective names as the traces spell them, with case, underscores and variant suffixes removed
+# ("_allgather_base", "all_gather_into_tensor_coalesced", "AllGather" -> "allgather").
+_KIND_KEYS = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+    "alltoall": "all_to_all", "alltoallv": "all_to_all", "broadcast": "broadcast", "reduce": "reduce",
+    "gather": "gather", "scatter": "scatter", "send": "send_recv", "recv": "send_recv", "sendrecv": "send_recv",
+    "barrier": "barrier",
+}
+_KIND_SUFFIXES = ("_coalesced", "_base", "_into_tensor", "_tensor", "_single", "_sparse")
+
+
+def _kind_key(name: str) -> str:
+    key = name.strip().lower().lstrip("_")
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _KIND_SUFFIXES:
+            if key.endswith(suffix):
+                key = key[: -len(suffix)]
+                changed = True
+    return key.replace("_", "")
+
+
+def collective_kind(name: str) -> str | None:
+    """The KINDS member for a trace's collective name ("allreduce", "nccl:_allgather_base" without its prefix,
+    NCCL's "ReduceScatter", ...), or None if the name is not a known collective."""
+    return _KIND_KEYS.get(_kind_key(name))
+
+
+def is_receive(name: str) -> bool:
+    """Whether a collective name is the receiving half of a point-to-point transfer ("recv", NCCL's "Recv").
+    The parsers count a transfer once, at its sender, so they leave these out (and say so in the notes)."""
+    return _kind_key(name) == "recv"
