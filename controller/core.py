@@ -314,7 +314,7 @@ class ControllerCore:
         """A port's config or link state changed. Returns the changes for every switch affected."""
         started = time.perf_counter()
         name = self.switch_name(dpid)
-        if name is None or (name, port) not in self.policy.directed_links():
+        if name is None or not self.policy.has_link((name, port)):
             return []
         return self._apply(self.policy.on_link_change(name, port, up, now), started)
 

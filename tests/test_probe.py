@@ -11,6 +11,7 @@ import pytest
 
 from controller.process import free_port
 from fabric import topofile
+from tests.localhosts import LocalHosts
 from traffic.probe import summarise
 from traffic.probe_run import ProbeReport, ProbeRun
 
@@ -76,23 +77,8 @@ def test_probe_over_loopback_counts_every_packet(tmp_path):
     assert 0 <= res["latency_ms"]["p50"] < 1000
 
 
-class LocalHosts:
-    """`Hosts` where every host is this machine (loopback): enough to drive the runner without root."""
-
-    def __init__(self):
-        self.fabric = topofile.load("leaf-spine-16")
-
-    def popen(self, host, args, **kwargs):
-        kwargs.setdefault("stdout", subprocess.DEVNULL)
-        kwargs.setdefault("stderr", subprocess.DEVNULL)
-        return subprocess.Popen(args, **kwargs)
-
-    def run(self, host, args, timeout_s=30.0):
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
-
-
 def test_probe_runner_waits_for_readiness_and_reports_the_schedule(tmp_path: Path, monkeypatch):
-    hosts = LocalHosts()
+    hosts = LocalHosts(topofile.load("leaf-spine-16"))
     run = ProbeRun(hosts, "h0", "h1", plane="A", sport=free_port(), rate_pps=1000, seconds=1.0,
                    workdir=tmp_path, port=free_port(), idle_s=1.0)
     # on loopback both ends use 127.0.0.1 (the model's addresses are not configured here)

@@ -3,7 +3,6 @@ the analysis (real units, busbw, composed steps), and the real agents and driver
 over loopback (every host an address of 127.0.0.0/8, every process local)."""
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from fabric import builders, topofile
 from fabric.routing import EcmpPolicy, PathTable
 from fabric.transfers import TransferError
+from tests.localhosts import LocalHosts
 from traffic import collectives
 from traffic.replay import Driver, ReplayError, ReplayOptions, build_result, plan_replay
 from traffic.replay.driver import CallTiming, RawRun
@@ -122,7 +122,8 @@ def test_placements_and_local_transfers():
 
 def test_bad_options_are_refused():
     for opts, msg in ((ReplayOptions(channels=0), "--channels"), (ReplayOptions(repeat=0), "--repeat"),
-                      (ReplayOptions(dilation=0.0), "--dilation"), (ReplayOptions(compute="napping"), "--compute")):
+                      (ReplayOptions(dilation=0.0), "--dilation"), (ReplayOptions(compute="napping"), "--compute"),
+                      (ReplayOptions(compute="slept"), "not implemented yet")):
         with pytest.raises(ReplayError, match=msg):
             plan_replay(workload([coll()]), DP16, opts)
 
@@ -144,21 +145,6 @@ def test_analysis_converts_to_real_units_and_composes_steps():
     assert s.step_us == pytest.approx(2400.0)
     assert s.compute_us == pytest.approx(400.0) and s.exposed_comm_us == pytest.approx(2000.0)
     assert s.idle_us == pytest.approx(0.0)
-
-
-class LoopbackHosts:
-    """`Hosts` where host hN is this machine at 127.0.0.(N+2): real processes and real TCP over loopback."""
-
-    def __init__(self, fabric):
-        self.fabric = fabric
-
-    def popen(self, host, args, **kwargs):
-        kwargs.setdefault("stdout", subprocess.DEVNULL)
-        kwargs.setdefault("stderr", subprocess.DEVNULL)
-        return subprocess.Popen(args, **kwargs)
-
-    def run(self, host, args, timeout_s=30.0):
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
 
 
 def loopback(plan):
@@ -190,7 +176,7 @@ def test_agents_move_every_byte_in_dependency_order_over_loopback(tmp_path: Path
     plan = loopback(plan_replay(w, fab, ReplayOptions(dilation=1000, algorithm=algorithm, mbps_per_gbps=1.0,
                                                       repeat=2, port=17000 + n * 10)))
     done = []
-    raw = Driver(plan, LoopbackHosts(fab), tmp_path, None, 0.5, lambda k, total: done.append(k)).run()
+    raw = Driver(plan, LocalHosts(fab), tmp_path, None, 0.5, lambda k, total: done.append(k)).run()
     assert done == list(range(1, len(plan.calls) + 1))
     for call, tm in zip(plan.calls, raw.timings):
         t = plan.templates[call.template]
@@ -209,7 +195,7 @@ def test_an_agent_that_dies_fails_the_run_naming_its_host(tmp_path: Path):
     fab = builders.dual_plane(hosts=4, hosts_per_leaf=2, spines_per_plane=2)
     plan = loopback(plan_replay(workload([coll(size=100_000)]), fab, ReplayOptions(dilation=1000, port=17500)))
 
-    class Broken(LoopbackHosts):
+    class Broken(LocalHosts):
         def popen(self, host, args, **kwargs):
             if host == "h2":
                 args = [args[0], "-c", "import sys; sys.exit(3)"]

@@ -321,6 +321,10 @@ class RoutingPolicy:
     def alive(self, switch: str, dest: str) -> tuple[int, ...]:
         return self._alive.get((switch, dest), ())
 
+    def has_link(self, link: DirectedLink) -> bool:
+        """Whether `link` is a switch port of the fabric (a directed link this policy knows)."""
+        return link in self._capacity_bps
+
     def is_up(self, link: DirectedLink) -> bool:
         return link not in self._down
 

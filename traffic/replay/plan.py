@@ -86,6 +86,9 @@ class ReplayOptions:
             raise ReplayError(f"--dilation must be in [{MIN_DILATION:g}, {MAX_DILATION:g}], got {self.dilation}")
         if self.compute not in ("composed", "slept"):
             raise ReplayError(f"--compute must be composed or slept, got {self.compute!r}")
+        if self.compute == "slept":
+            raise ReplayError("sleeping compute gaps at the dilation (--sleep-compute) is not implemented yet; "
+                              "steps are composed from the trace's compute and the measured collectives")
         if self.compute_gap_us < 0:
             raise ReplayError(f"--compute-gap-us must be >= 0, got {self.compute_gap_us}")
         if self.ports not in ("planned", "hashed"):
