@@ -9,7 +9,10 @@ bounded separately (at most 0.1% of the probe's packets) and reported.
 """
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -42,12 +45,25 @@ def events_matching(lab, **want):
     return [e for e in lab.controller.get("/api/events") if all(e[k] == v for k, v in want.items())]
 
 
+FIGURES = Path(__file__).resolve().parents[2] / "results" / "test-figures.jsonl"
+
+
+def record_figures(test: str, **figures) -> None:
+    """Append a test's measured figures to results/test-figures.jsonl (for the record of CI runs)."""
+    FIGURES.parent.mkdir(exist_ok=True)
+    with FIGURES.open("a") as f:
+        f.write(json.dumps({"test": test, "time": time.time(), **figures}) + "\n")
+
+
 def assert_background(report, windows):
     bound = BACKGROUND_SHARE * report.expected
     background = report.lost_outside(windows)
     print(f"probe {report.src}->{report.dst}: {report.expected} packets, lost {report.lost}, "
           f"background (outside {len(windows)} event windows) {background}, bound {bound:.0f}, "
           f"sender late max {report.late_max_ms:.1f} ms, latency {report.latency_ms}")
+    record_figures(os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0], packets=report.expected,
+                   lost=report.lost, background_lost=background, in_windows=report.lost - background,
+                   late_max_ms=round(report.late_max_ms, 1), latency_ms=report.latency_ms)
     assert background <= bound, (background, report.lost_spans, windows)
 
 

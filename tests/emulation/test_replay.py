@@ -77,6 +77,8 @@ def test_ring_all_reduce_reaches_the_goodput_bound_on_both_planes_and_scales_wit
     bound_s = 2 * 15 / 16 * emu * 8 / (2 * 1e6 * GOODPUT)  # at the goodput bound, in emulated seconds
     ratios = [bound_s / c.duration_emu_s for c in res.collectives]
     print(f"ring all-reduce {emu} emulated bytes: duration / bound {[round(1 / r, 3) for r in ratios]}")
+    from tests.emulation.test_multipath import record_figures
+    record_figures("ring_busbw", busbw_over_bound=[round(r, 3) for r in ratios])
     assert statistics.median(ratios) >= 0.85, ratios
     # traffic on both planes and on both spines of each plane (the leaves' uplinks, from port counters)
     up = {(l.plane, l.peer): l.emu_bytes for l in res.links if l.tier == "fabric" and l.switch.startswith("leaf")}
@@ -88,6 +90,7 @@ def test_ring_all_reduce_reaches_the_goodput_bound_on_both_planes_and_scales_wit
     t1 = statistics.median(c.duration_real_us for c in runs[160_000].collectives)
     t2 = statistics.median(c.duration_real_us for c in runs[320_000].collectives)
     print(f"real-unit all-reduce time at dilation 160000: {t1:.0f} us, at 320000: {t2:.0f} us")
+    record_figures("dilation_doubled", real_us_at_160000=round(t1, 2), real_us_at_320000=round(t2, 2))
     assert abs(t2 - t1) <= 0.10 * t1
 
 
@@ -120,6 +123,8 @@ def test_dlrm_all_to_all_is_slower_on_the_pyramid_with_ecmp_and_the_report_names
     t_dual = sum(c.duration_real_us for c in dual.collectives)
     t_pyr = sum(c.duration_real_us for c in pyr.collectives)
     print(f"DLRM all-to-alls: dual-plane adaptive {t_dual:.1f} us, pyramid ecmp {t_pyr:.1f} us")
+    from tests.emulation.test_multipath import record_figures
+    record_figures("dlrm_all_to_all", dual_us=round(t_dual, 2), pyramid_us=round(t_pyr, 2))
     assert t_pyr > 1.15 * t_dual
     # the report attributes it to the pyramid's oversubscribed uplinks: its hottest switch-to-switch link
     # ran hotter while the all-to-alls did than any of the dual-plane's
