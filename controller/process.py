@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from fabric.emulation import claims
 from fabric.errors import DeadlineError, EmulationError
 from fabric.polling import wait_until
 
@@ -43,6 +44,7 @@ class ControllerProcess:
         self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_s: float | None = None  # monotonic time of the last start
+        self._claim: claims.Claim | None = None
 
     @property
     def pid(self) -> int | None:
@@ -54,12 +56,14 @@ class ControllerProcess:
             "--topology", str(self.topology), "--routing", self.routing, "--port", str(self.port),
             "--rest-port", str(self.rest_port), *self.extra_args,
         ]
+        self._release()  # a previous (dead) process of ours
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
             )
         self.started_s = time.monotonic()
         proc = self.proc
+        self._claim = claims.claim("controller", pids=[proc.pid])  # removed by the next run if we are killed
 
         def ready() -> bool:
             if proc.poll() is not None:
@@ -106,10 +110,17 @@ class ControllerProcess:
         if self.alive() and self.proc is not None:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=10)
+        self._release()
+
+    def _release(self) -> None:
+        if self._claim is not None:
+            self._claim.release()
+            self._claim = None
 
     def stop(self, timeout_s: float = 5.0) -> None:
         proc = self.proc
         if proc is None or proc.poll() is not None:
+            self._release()
             return
         os.kill(proc.pid, signal.SIGTERM)
         try:
@@ -117,3 +128,4 @@ class ControllerProcess:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=timeout_s)
+        self._release()

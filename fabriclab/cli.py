@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import ipaddress
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -299,6 +300,20 @@ def cmd_record(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clean(args: argparse.Namespace) -> int:
+    from fabric.emulation import claims
+
+    if os.geteuid() != 0:
+        raise FabriclabError("clean removes bridges, interfaces and processes: run it as root (sudo)")
+    live = [c for c in claims.claims() if not c.stale]
+    removed = claims.reclaim_stale()
+    for c, left in removed:
+        print(f"removed      {c.path.name}: {len(left.bridges)} bridges, {len(left.interfaces)} interfaces, "
+              f"{len(left.pids)} processes")
+    print(f"clean        {len(removed)} stale run(s) removed, {len(live)} live run(s) left alone")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fabriclab", description="A lab for AI-training cluster networks.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -374,6 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="one or two run directories (with result.json)")
     rep.add_argument("--out", help="where to write (default: the first DIR)")
     rep.set_defaults(func=cmd_report)
+
+    cl = sub.add_parser("clean", help="remove what killed runs left behind (bridges, veths, processes); "
+                                      "never touches a run that is still running")
+    cl.set_defaults(func=cmd_clean)
 
     rec = sub.add_parser("record", help="record a small real data-parallel training job (needs PyTorch)")
     rec.add_argument("out", metavar="OUT", help="directory for the per-rank traces")

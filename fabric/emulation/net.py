@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fabric.emulation import plan, system
+from fabric.emulation import claims, plan, system
 from fabric.emulation.plan import EmulationOptions
 from fabric.emulation.system import Leftovers
 from fabric.errors import EmulationError
@@ -49,6 +49,7 @@ class Emulation:
         self.net: Any = None
         self.datapath = ""
         self._pids: list[int] = []
+        self._claim: claims.Claim | None = None
         self._switch_index = {s.name: i for i, s in enumerate(fabric.switches)}
 
     # -- lifecycle --
@@ -65,7 +66,9 @@ class Emulation:
         # Mininet logs HTB quantum warnings as errors; outcomes are checked by us instead.
         setLogLevel(os.environ.get("FABRICLAB_MININET_LOG", "critical"))
         system.check_ovs()
+        claims.reclaim_stale()  # leftovers of killed runs (never of live ones)
         self._check_no_clash()
+        self._claim = claims.claim("emulation", *plan.expected_names(self.fabric))
         switch_cls = partial(
             OVSSwitch,
             datapath=self.datapath,
@@ -103,7 +106,8 @@ class Emulation:
         clash = system.present(bridges, intfs, [])
         if not clash.empty():
             raise EmulationError(
-                "names this fabric needs are already in use (another run, or leftovers of one): "
+                "names this fabric needs are already in use by a run that is still running (or by leftovers "
+                "this version did not record; remove them with `ovs-vsctl del-br` and `ip link del`): "
                 f"bridges {clash.bridges[:5]}, interfaces {clash.interfaces[:5]}"
             )
 
@@ -133,6 +137,8 @@ class Emulation:
                         addr2=macs[1], params1=params[0], params2=params[1])
         net.build()
         self._pids = [n.pid for n in net.hosts + net.switches if getattr(n, "pid", None)]
+        if self._claim is not None:
+            self._claim.add_pids(self._pids)
 
     def _configure_switch_ports(self) -> None:
         """Shape every switch-side interface (root namespace) with one `tc -batch`; offloads off."""
@@ -156,6 +162,8 @@ class Emulation:
     def stop(self) -> None:
         net, self.net = self.net, None
         if net is None:
+            if self._claim is not None:
+                self._claim.release()
             return
         bridges, intfs = plan.expected_names(self.fabric)
         try:
@@ -177,6 +185,8 @@ class Emulation:
                 subprocess.run(["ip", "link", "del", intf], capture_output=True, check=False)
             for pid in rest.pids:
                 system.kill(pid)
+            if self._claim is not None and system.present(bridges, intfs, self._pids).empty():
+                self._claim.release()
 
     def __enter__(self) -> "Emulation":
         return self.start()

@@ -1,6 +1,7 @@
 """`fabriclab up` as a user runs it (the README's main job), including interruption."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -9,11 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
 from fabric import topofile
-from tests.emulation.test_fabrics import netns, ovs_bridges, root_links
+from tests.emulation.test_fabrics import alive, netns, ovs_bridges, root_links
 
 pytestmark = pytest.mark.emulation
 
@@ -39,6 +41,21 @@ ROOT = Path(__file__).resolve().parents[2]
 FABRICLAB = [sys.executable, "-m", "fabriclab.cli"]
 
 
+@contextlib.contextmanager
+def held_up(topology: str) -> Iterator[subprocess.Popen[str]]:
+    """`fabriclab up TOPOLOGY --hold`, once it reports the fabric up; killed at the end if still running."""
+    proc = subprocess.Popen(FABRICLAB + ["up", topology, "--hold"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        lines = read_until(proc.stderr, "fabric is up", timeout_s=120)
+        assert "fabric is up" in lines[-1], "".join(lines)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_main_job_on_defaults():
     res = subprocess.run(FABRICLAB + ["up", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -54,18 +71,10 @@ def test_main_job_on_defaults():
 def test_interrupted_run_tears_everything_down(sig):
     fab = topofile.load("leaf-spine-16")
     before = netns()
-    proc = subprocess.Popen(FABRICLAB + ["up", "leaf-spine-16", "--hold"], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        lines = read_until(proc.stderr, "fabric is up", timeout_s=120)
-        assert "fabric is up" in lines[-1], "".join(lines)
+    with held_up("leaf-spine-16") as proc:
         assert {s.name for s in fab.switches} <= ovs_bridges()
         os.kill(proc.pid, sig)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert "teardown     clean" in out, out + err
     names = {s.name for s in fab.switches}
     assert not ovs_bridges() & names
@@ -90,3 +99,49 @@ def test_readme_main_command_as_written(tmp_path):
     for run in ("dual-plane-16-adaptive", "pyramid-16-ecmp"):
         data = json.loads((out / run / "result.json").read_text())
         assert data["meta"]["ranks"] == 16 and len(data["collectives"]) == 12
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid`, from the parent links in /proc (independent of fabriclab's records)."""
+    parent = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+@pytest.mark.parametrize("then", ["fabriclab clean", "the next run"])
+def test_a_killed_runs_leftovers_are_removed_by_clean_or_by_the_next_run(then):
+    # SIGKILL gives a run no chance to tear down: its bridges, veths and controller stay (host shells
+    # exit when their stdin closes).
+    fab = topofile.load("leaf-spine-16")
+    names = {s.name for s in fab.switches}
+    before = netns()
+    with held_up("leaf-spine-16") as proc:
+        left = descendants(proc.pid)  # controller, host and switch shells
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    survivors = {p for p in left if alive(p)}
+    assert survivors, "the controller (its own session) outlives a SIGKILLed run"
+    assert names <= ovs_bridges()
+    if then == "fabriclab clean":
+        res = subprocess.run(FABRICLAB + ["clean"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and "stale run(s) removed" in res.stdout, res.stdout + res.stderr
+    else:
+        res = subprocess.run(FABRICLAB + ["up", "leaf-spine-16", "--json"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert json.loads(res.stdout)["ok"] is True
+    assert not ovs_bridges() & names
+    assert not [l for l in root_links() if any(l.startswith(f"{n}-eth") for n in names)]
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in survivors) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in survivors if alive(p)]
+    assert netns() == before

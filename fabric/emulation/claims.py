@@ -1,0 +1,150 @@
+"""Claims: what a run is about to create on this machine, written down before it creates it.
+
+A run that ends normally removes its bridges, veths and processes itself (`Emulation.stop`,
+`ControllerProcess.stop`). A run that is killed (SIGKILL, an OOM kill, a CI job cut off, a session
+closed under it) cannot; its Open vSwitch bridges even come back with ovsdb-server. So every run first
+writes a claim, `<dir>/<kind>-<pid>-<n>.json`: its own PID and start time, the bridge and interface
+names it will create, and the PIDs (with their start times) of the processes it starts. A claim is
+*stale* when its owner no longer runs (same PID and same start time: a reused PID is another process).
+
+`reclaim_stale()` removes what stale claims name, and only that: bridges and root-namespace interfaces
+by name, processes by PID when their start time is still the recorded one, plus every process inside
+the network namespace of such a process (a host's namespace holds only what the run started there).
+The next run does it before it starts (`Emulation.start`), a user with `fabriclab clean`. Claims of live
+runs are never touched, so two runs on one machine still refuse each other's names.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from fabric.emulation import system
+
+_counter = itertools.count()
+
+
+def claim_dir() -> Path:
+    """$FABRICLAB_RUN_DIR, else /run/fabriclab as root (emulations need root) or a per-user temp dir."""
+    if "FABRICLAB_RUN_DIR" in os.environ:
+        return Path(os.environ["FABRICLAB_RUN_DIR"])
+    uid = os.geteuid()
+    return Path("/run/fabriclab") if uid == 0 else Path(tempfile.gettempdir()) / f"fabriclab-{uid}"
+
+
+def start_ticks(pid: int) -> int | None:
+    """The start time of process `pid` in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[19])  # fields after the command name start at field 3
+
+
+def same_process(pid: int, ticks: int | None) -> bool:
+    """Whether `pid` still runs and is the process that was recorded (not a reused PID)."""
+    return ticks is not None and system.alive(pid) and start_ticks(pid) == ticks
+
+
+@dataclass
+class Claim:
+    path: Path
+    owner_pid: int
+    owner_ticks: int | None
+    bridges: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    pids: list[tuple[int, int | None]] = field(default_factory=list)
+
+    @property
+    def stale(self) -> bool:
+        return not same_process(self.owner_pid, self.owner_ticks)
+
+    def add_pids(self, pids: list[int]) -> None:
+        self.pids += [(p, start_ticks(p)) for p in pids]
+        self._write()
+
+    def release(self) -> None:
+        """The run removed what it created: forget the claim."""
+        self.path.unlink(missing_ok=True)
+
+    def _write(self) -> None:
+        doc = {"owner_pid": self.owner_pid, "owner_ticks": self.owner_ticks, "bridges": self.bridges,
+               "interfaces": self.interfaces, "pids": [list(p) for p in self.pids]}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(self.path)
+
+    @classmethod
+    def read(cls, path: Path) -> "Claim | None":
+        try:
+            doc = json.loads(path.read_text())
+            return cls(path, int(doc["owner_pid"]), doc["owner_ticks"], list(doc["bridges"]),
+                       list(doc["interfaces"]), [(int(p), t) for p, t in doc["pids"]])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # unreadable (a run killed while writing it): nothing we can act on safely
+
+
+def claim(kind: str, bridges: Iterable[str] = (), interfaces: Iterable[str] = (),
+          pids: list[int] | None = None) -> Claim:
+    """Record what this process is about to create (write it before creating anything)."""
+    d = claim_dir()
+    d.mkdir(parents=True, exist_ok=True)
+    me = os.getpid()
+    c = Claim(d / f"{kind}-{me}-{next(_counter)}.json", me, start_ticks(me), sorted(bridges), sorted(interfaces))
+    c.add_pids(pids or [])
+    return c
+
+
+def claims() -> list[Claim]:
+    d = claim_dir()
+    found = (Claim.read(p) for p in sorted(d.glob("*.json"))) if d.is_dir() else iter(())
+    return [c for c in found if c is not None]
+
+
+def _namespace_members(pid: int) -> list[int]:
+    """Every process in the network namespace of `pid`, if that is not our own (root) namespace."""
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/net")
+        if ns == os.readlink("/proc/self/ns/net"):
+            return []
+    except OSError:
+        return []
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns" / "net") == ns:
+                    members.append(int(entry.name))
+            except OSError:
+                continue
+    return members
+
+
+def reclaim(c: Claim) -> system.Leftovers:
+    """Remove what claim `c` names and still exists; returns what was removed."""
+    procs = [p for p, t in c.pids if same_process(p, t)]
+    victims = sorted({m for p in procs for m in _namespace_members(p)} | set(procs))
+    found = system.present(set(c.bridges), set(c.interfaces), victims)
+    for pid in found.pids:
+        system.kill(pid)
+    for br in found.bridges:
+        subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], capture_output=True, check=False)
+    gone = system.present(set(), set(found.interfaces), []).interfaces  # deleting one veth end removes both
+    if gone:
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"link del dev {i}\n" for i in gone),
+                       capture_output=True, text=True, check=False)
+    ovs_up = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, check=False).returncode == 0
+    if ovs_up or not c.bridges:
+        c.release()  # else keep it: the bridges come back when ovsdb-server starts again
+    return found
+
+
+def reclaim_stale() -> list[tuple[Claim, system.Leftovers]]:
+    """Remove the leftovers of every run that no longer runs; claims of live runs are kept."""
+    return [(c, reclaim(c)) for c in claims() if c.stale]
