@@ -21,7 +21,10 @@ from traffic.ping import ping_all
 pytestmark = pytest.mark.emulation
 
 ROOT = Path(__file__).resolve().parents[2]
-MBPS_PER_GBPS = 0.1
+#: every fabric's host NIC is emulated at this rate here (the scale is chosen per fabric): one TCP flow
+#: through three userspace switches at 40 Mbit/s (400G x 0.1) got 31-33 Mbit/s while other processes
+#: ran beside it (measured), at 20 Mbit/s 18.8 of the 19.1 that HTB allows, quiet or busy
+NIC_MBPS = 20.0
 
 
 def ovs_bridges() -> set[str]:
@@ -68,14 +71,15 @@ def cookie_flows(switch: str) -> tuple[int, int, int]:
 def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
     path = ROOT / "topologies" / f"{topo}.yaml"
     fab = topofile.load(path)
-    # the emulated host link rate, from the file's own numbers: NIC Gbit/s x 0.1 Mbit/s per Gbit/s
-    nic_mbps = yaml.safe_load(path.read_text())["params"]["nic_rate_gbps"] * MBPS_PER_GBPS
+    # the scale that puts the file's own NIC rate at NIC_MBPS (read from the file, not from the model)
+    mbps_per_gbps = NIC_MBPS / yaml.safe_load(path.read_text())["params"]["nic_rate_gbps"]
+    nic_mbps = NIC_MBPS
     netns_before = netns()
     # The controller polls port statistics every 50 ms here instead of 10: this test checks the
     # emulator's shaping (a TCP flow at the emulated NIC rate), and 10 ms polling of every switch costs
     # the 2-core machine ~70% of a core (controller ~38%, ovs-vswitchd ~31%, measured on an idle
     # dual-plane-16), which the single-threaded userspace datapath then lacks on pyramid-16's 5-hop paths
-    with Lab(fab, opts=EmulationOptions(mbps_per_gbps=MBPS_PER_GBPS), controller_args=["--poll-ms", "50"]) as lab:
+    with Lab(fab, opts=EmulationOptions(mbps_per_gbps=mbps_per_gbps), controller_args=["--poll-ms", "50"]) as lab:
         em = lab.emulation
         pids = em.pids + [lab.controller.pid]
         pings = ping_all(em, count=3)
