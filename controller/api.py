@@ -4,11 +4,13 @@ controller process. It reads only `controller.state.ControllerState` (a narrow i
     GET /api/status                      switches connected and synced, routing
     GET /api/topology                    the model (explicit topology form)
     GET /api/links                       every directed link: up/down, capacity_bps, rate_bps, utilisation, hot
-    GET /api/paths?src=h0&dst=h5[&sport=N][&offset=0&limit=256]   current paths between two hosts, per plane
+    GET /api/paths?src=h0&dst=h5[&sport=N][&offset=0&limit=128]   live paths between two hosts, per plane,
+                                         paged (total, next_offset), each with a source port that takes it
     GET /api/events[?limit=N]            the reroute log (one row per slot moved), newest last
-    GET /api/slots?switch=leafA0         its ECMP slots per destination: next hop and measured rate_bps
+    GET /api/slots?switch=leafA0         its ECMP slots per destination: next hop, measured rate_bps, pinned
     GET /api/counters                    every switch port's byte counters as last polled (tx_bytes, rx_bytes)
-    POST /api/move {switch, dest, slot, port}  put one ECMP slot on a chosen next hop (planned move)
+    POST /api/move {switch, dest, slot, port}  put one ECMP slot on a chosen next hop and pin it there
+    POST /api/release {switch, dest[, slot]}   give a pinned slot (without slot: all pinned there) back
     GET /metrics                         Prometheus text format
 """
 from __future__ import annotations
@@ -26,6 +28,10 @@ from fabric.errors import FabriclabError
 
 #: decision latency buckets, seconds: 1 us .. 10 ms
 DECISION_BUCKETS = (1e-6, 2e-6, 5e-6, 1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-2)
+#: /api/paths paging: paths per page unless `limit` says otherwise (every shipped fabric's pairs fit
+#: one page: at most 128 paths per plane, on pyramid-1024), and the largest `limit` accepted
+PATHS_LIMIT = 128
+PATHS_LIMIT_MAX = 1024
 
 
 class _FabricCollector:
@@ -87,9 +93,9 @@ def create_app(state: ControllerState) -> tuple[Flask, CollectorRegistry]:
             abort(400, description=f"give two different hosts of fabric {state.fabric_name!r} as src and dst")
         sport = request.args.get("sport", type=int)
         offset = request.args.get("offset", default=0, type=int)
-        limit = request.args.get("limit", default=256, type=int)
-        if offset < 0 or not 0 < limit <= 4096:
-            abort(400, description="offset must be >= 0 and limit in 1..4096")
+        limit = request.args.get("limit", default=PATHS_LIMIT, type=int)
+        if offset < 0 or not 0 < limit <= PATHS_LIMIT_MAX:
+            abort(400, description=f"offset must be >= 0 and limit in 1..{PATHS_LIMIT_MAX}")
         return jsonify(state.paths(src, dst, sport, offset, limit))
 
     @api.get("/api/events")
@@ -116,6 +122,20 @@ def create_app(state: ControllerState) -> tuple[Flask, CollectorRegistry]:
             abort(400, description="give switch, dest (an edge switch), slot and port")
         try:
             moved = state.move(switch, dest, slot, port)
+        except FabriclabError as e:
+            abort(400, description=str(e))
+        return jsonify({"moved": moved})
+
+    @api.post("/api/release")
+    def release() -> Any:
+        body = request.get_json(silent=True) or {}
+        try:
+            switch, dest = str(body["switch"]), str(body["dest"])
+            slot = None if body.get("slot") is None else int(body["slot"])
+        except (KeyError, TypeError, ValueError):
+            abort(400, description="give switch, dest (an edge switch) and optionally slot")
+        try:
+            moved = state.release(switch, dest, slot)
         except FabriclabError as e:
             abort(400, description=str(e))
         return jsonify({"moved": moved})

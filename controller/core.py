@@ -377,18 +377,29 @@ class ControllerCore:
         return self._apply(self.policy.on_loads(port_rates_bps, self.last_slot_rates_bps, now), started)
 
     def on_manual_move(self, switch: str, dest: str, slot: int, port: int, now: float) -> list[Changes]:
-        """An operator puts one slot on a chosen next hop (a planned, lossless move)."""
+        """An operator puts one slot on a chosen next hop (a planned, lossless move) and pins it there
+        until `on_release`."""
         started = time.perf_counter()
-        if not self.policy.multipath:
-            raise RoutingError(f"slots can only be moved under a multipath routing, not {self.routing!r}")
+        self._need_multipath()
         move = self.policy.move(switch, dest, slot, port, now)
         return self._apply([move] if move else [], started)
 
+    def on_release(self, switch: str, dest: str, slot: int | None, now: float) -> list[Changes]:
+        """An operator gives a pinned slot (None: every pinned slot there) back to the routing policy."""
+        started = time.perf_counter()
+        self._need_multipath()
+        return self._apply(self.policy.release(switch, dest, slot, now), started)
+
+    def _need_multipath(self) -> None:
+        if not self.policy.multipath:
+            raise RoutingError(f"slots can only be moved under a multipath routing, not {self.routing!r}")
+
     def flow_stats_wanted(self) -> set[int]:
         """Datapaths whose per-slot rates the policy needs now: the decision points that could move
-        traffic off a hot link (they have an equal-cost alternative that avoids it). Flow statistics
-        are costly for a userspace switch, so they are asked for on demand rather than polled fast
-        everywhere; a hot link into a host, which every path to that host crosses, asks for none."""
+        traffic off a hot link (their slots' segments cross it, and they have an equal-cost
+        alternative whose segment avoids it). Flow statistics are costly for a userspace switch, so
+        they are asked for on demand rather than polled fast everywhere; a hot link into a host,
+        which every path to that host crosses, asks for none."""
         out: set[int] = set()
         for link in self.policy.hot_links():
             out |= self._relievers(link)
@@ -399,37 +410,34 @@ class ControllerCore:
         if cached is None:
             p = self.policy
             found = set()
-            for sw, dest, port in self.table.crossing(*link):
-                if p.is_decision(sw, dest) and any(link not in self.table.via(sw, dest, alt)
+            for sw, dest, port in self.table.segments_through(*link):
+                if p.is_decision(sw, dest) and any(link not in self.table.segment(sw, dest, alt)
                                                    for alt in p.candidates(sw, dest) if alt != port):
                     found.add(self.dpid(sw))
             cached = self._relievers_of[link] = frozenset(found)
         return cached
 
     # ---- queries -------------------------------------------------------------------------------
-    def paths(self, src: str, dst: str, src_port: int | None = None, offset: int = 0,
-              limit: int = 256) -> list[dict[str, object]]:
-        """Current paths from host `src` to host `dst` in each shared plane: for a given source port
-        the single path it takes, otherwise the distinct paths the slots use (one source port per
-        combination of slots at the deciding tiers, `offset`/`limit` paging over those ports)."""
+    def paths(self, src: str, dst: str, src_port: int | None, offset: int, limit: int) -> list[dict[str, object]]:
+        """The paths from host `src` to host `dst` now, per shared plane, as the switches forward
+        them (down links and the current slot choices included; paths through a dead link left
+        out): for a given source port the one path it takes (none if it is dropped), otherwise every
+        distinct path, sorted, paged by `offset`/`limit`. Each plane's row says how many there are
+        in all (`total`) and where the next page starts (`next_offset`, None after the last), and
+        gives for each path a source port that takes it (`src_ports`)."""
         out: list[dict[str, object]] = []
-        ports = [src_port] if src_port is not None else self.representative_ports()[offset:offset + limit]
         for s_nic in self.fabric.nics_of[src]:
-            d_nics = [n for n in self.fabric.nics_of[dst] if n.plane == s_nic.plane]
-            if not d_nics:
+            d_nic = next((n for n in self.fabric.nics_of[dst] if n.plane == s_nic.plane), None)
+            if d_nic is None:
                 continue
-            seen: list[list[str]] = []
-            for sp in ports:
-                hops = list(self.policy.path(s_nic, d_nics[0], sp))
-                if hops not in seen:
-                    seen.append(hops)
-            out.append({"plane": s_nic.plane, "src_ip": str(s_nic.ip), "dst_ip": str(d_nics[0].ip), "paths": seen})
+            if src_port is None:
+                every = self.policy.live_paths(s_nic, d_nic)
+            else:
+                one = self.policy.path(s_nic, d_nic, src_port)
+                every = ((one, src_port),) if one is not None else ()
+            page = every[offset:offset + limit]
+            out.append({"plane": s_nic.plane, "src_ip": str(s_nic.ip), "dst_ip": str(d_nic.ip),
+                        "total": len(every), "offset": offset,
+                        "next_offset": offset + limit if offset + limit < len(every) else None,
+                        "paths": [list(p) for p, _ in page], "src_ports": [sp for _, sp in page]})
         return out
-
-    def representative_ports(self) -> list[int]:
-        """One source port per combination of slots at the tiers that decide."""
-        plan = self.policy.entropy
-        combos: list[dict[int, int]] = [{}]
-        for tier in sorted(plan.fields):
-            combos = [{**c, tier: s} for c in combos for s in range(plan.slots(tier))]
-        return [plan.src_port_for(c) for c in combos]

@@ -92,14 +92,24 @@ class ControllerState:
         core = self._core
         with self._lock:
             table = core.policy.slot_table(switch)
+            pins = {dest: core.policy.pinned(switch, dest) for dest in table}
             rates = dict(core.last_slot_rates_bps)
-        return {dest: [{"slot": i, "port": port, "rate_bps": rates.get((switch, dest, i), 0.0)}
-                       for i, port in enumerate(ports)] for dest, ports in table.items()}
+        return {dest: [{"slot": i, "port": port, "rate_bps": rates.get((switch, dest, i), 0.0),
+                        "pinned": i in pins[dest]} for i, port in enumerate(ports)] for dest, ports in table.items()}
 
     def move(self, switch: str, dest: str, slot: int, port: int) -> bool:
-        """An operator's move; raises FabriclabError when it cannot be made. True if anything changed."""
+        """An operator's move (the slot stays pinned there until released); raises FabriclabError
+        when it cannot be made. True if anything changed."""
         with self._lock:
             changes = self._core.on_manual_move(switch, dest, slot, port, time.monotonic())
+            self._send(changes)
+        return sum(len(c) for c in changes) > 0
+
+    def release(self, switch: str, dest: str, slot: int | None) -> bool:
+        """The operator gives a pinned slot (None: all pinned at that decision point) back to the
+        routing policy; raises FabriclabError when it is not pinned. True if anything changed."""
+        with self._lock:
+            changes = self._core.on_release(switch, dest, slot, time.monotonic())
             self._send(changes)
         return sum(len(c) for c in changes) > 0
 

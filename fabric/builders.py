@@ -9,6 +9,9 @@
 Uplink rates are derived from the host NIC rate and an oversubscription ratio, so fair comparisons
 need only the NIC rate: `dual_plane(nic_rate_gbps=200)` and `pyramid(nic_rate_gbps=400)` give every
 host the same 400 Gbit/s.
+
+Each builder works out its host, switch and link counts from its parameters and refuses counts beyond
+`fabric.limits` before it builds anything (a billion hosts fail at once, not after minutes).
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from typing import Any, Callable
 import pydantic
 
 from fabric.errors import TopologyError
+from fabric.limits import check_sizes, rate_problem
 from fabric.model import DEFAULT_SUBNETS, Endpoint, Fabric, Host, Link, Plane, Switch
 
 
@@ -64,6 +68,13 @@ def _positive(name: str, value: float) -> None:
         raise TopologyError(f"{name} must be > 0, got {value}")
 
 
+def _rate(name: str, value: float) -> None:
+    _positive(name, value)
+    problem = rate_problem(value, name)
+    if problem:
+        raise TopologyError(problem)
+
+
 def _leaves_for(hosts: int, per_leaf: int, name: str = "hosts_per_leaf") -> int:
     _positive("hosts", hosts)
     _positive(name, per_leaf)
@@ -76,6 +87,18 @@ def _planes(names: list[str]) -> tuple[Plane, ...]:
     return tuple(Plane(n, ipaddress.IPv4Network(DEFAULT_SUBNETS[i])) for i, n in enumerate(names))
 
 
+def _plane_size(leaves: int, hosts: int, spines: int, kind: str) -> tuple[int, int]:
+    """(switches, links) of one leaf-spine plane of `kind`, checking its parameters; nothing built."""
+    if kind == "clos":
+        _positive("spines_per_plane", spines)
+        return leaves + spines, leaves * spines + hosts
+    if kind == "mesh":
+        if leaves < 2:
+            raise TopologyError(f"plane_kind='mesh' needs at least 2 leaves, got {leaves}")
+        return leaves, leaves * (leaves - 1) // 2 + hosts
+    raise TopologyError(f"plane_kind must be 'clos' or 'mesh', got {kind!r}")
+
+
 def _leaf_spine_plane(
     w: _Wiring,
     plane: str,
@@ -86,25 +109,21 @@ def _leaf_spine_plane(
     oversubscription: float,
     kind: str,
 ) -> None:
+    """Wire one plane (parameters already checked by `_plane_size`)."""
     leaves = len(host_names) // hosts_per_leaf
     leaf_names = [w.switch(f"leaf{plane}{i}", "leaf", plane) for i in range(leaves)]
     down_gbps = hosts_per_leaf * nic_rate_gbps
     if kind == "clos":
-        _positive("spines_per_plane", spines)
         spine_names = [w.switch(f"spine{plane}{j}", "spine", plane) for j in range(spines)]
         up_gbps = down_gbps / oversubscription / spines
         for leaf in leaf_names:
             for spine in spine_names:
                 w.link(leaf, spine, up_gbps)
-    elif kind == "mesh":
-        if leaves < 2:
-            raise TopologyError(f"plane_kind='mesh' needs at least 2 leaves, got {leaves}")
+    else:
         up_gbps = down_gbps / oversubscription / (leaves - 1)
         for i, a in enumerate(leaf_names):
             for b in leaf_names[i + 1 :]:
                 w.link(a, b, up_gbps)
-    else:
-        raise TopologyError(f"plane_kind must be 'clos' or 'mesh', got {kind!r}")
     for k, host in enumerate(host_names):
         w.link(host, leaf_names[k // hosts_per_leaf], nic_rate_gbps)
 
@@ -119,9 +138,10 @@ def dual_plane(
     name: str | None = None,
 ) -> Fabric:
     """Two independent planes A and B; host i has NIC 0 in plane A and NIC 1 in plane B."""
-    _positive("nic_rate_gbps", nic_rate_gbps)
+    _rate("nic_rate_gbps", nic_rate_gbps)
     _positive("oversubscription", oversubscription)
-    _leaves_for(hosts, hosts_per_leaf)
+    switches, links = _plane_size(_leaves_for(hosts, hosts_per_leaf), hosts, spines_per_plane, plane_kind)
+    check_sizes("dual_plane", hosts, 2 * switches, 2 * links, planes=2)
     w = _Wiring()
     host_names = [w.host(f"h{i}") for i in range(hosts)]
     for plane in ("A", "B"):
@@ -140,9 +160,10 @@ def leaf_spine(
     name: str | None = None,
 ) -> Fabric:
     """One leaf-spine plane A, single-homed hosts."""
-    _positive("nic_rate_gbps", nic_rate_gbps)
+    _rate("nic_rate_gbps", nic_rate_gbps)
     _positive("oversubscription", oversubscription)
-    _leaves_for(hosts, hosts_per_leaf)
+    _positive("spines", spines)
+    check_sizes("leaf_spine", hosts, *_plane_size(_leaves_for(hosts, hosts_per_leaf), hosts, spines, "clos"))
     w = _Wiring()
     host_names = [w.host(f"h{i}") for i in range(hosts)]
     _leaf_spine_plane(w, "A", host_names, hosts_per_leaf, spines, nic_rate_gbps, oversubscription, "clos")
@@ -165,7 +186,7 @@ def pyramid(
     Each ToR connects to every aggregation switch of its pod; every aggregation switch connects to
     every core switch.
     """
-    _positive("nic_rate_gbps", nic_rate_gbps)
+    _rate("nic_rate_gbps", nic_rate_gbps)
     _positive("oversubscription", oversubscription)
     _positive("core_oversubscription", core_oversubscription)
     _positive("aggs_per_pod", aggs_per_pod)
@@ -175,6 +196,8 @@ def pyramid(
     if tors % tors_per_pod:
         raise TopologyError(f"ToRs ({tors}) must be a multiple of tors_per_pod ({tors_per_pod})")
     pods = tors // tors_per_pod
+    aggs = pods * aggs_per_pod
+    check_sizes("pyramid", hosts, cores + aggs + tors, aggs * cores + tors * aggs_per_pod + hosts)
     w = _Wiring()
     host_names = [w.host(f"h{i}") for i in range(hosts)]
     tor_up_gbps = hosts_per_tor * nic_rate_gbps / oversubscription / aggs_per_pod

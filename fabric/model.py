@@ -2,7 +2,7 @@
 planes and links, read by the emulator, the controller, the simulator and the tests.
 
 A `Fabric` is plain data and needs no root. Building one validates it; every error names the
-offending item. Switch ports carry their OpenFlow port numbers (1, 2, ...); host ports are NIC
+offending item. Sizes and link rates must lie within `fabric.limits`, and each plane must be connected. Switch ports carry their OpenFlow port numbers (1, 2, ...); host ports are NIC
 indexes (0 -> `<host>-eth0`). Each host has at most one NIC port per plane, and its address in a
 plane is `plane.subnet + host.index + 1` (plane A 198.18.0.0/16, plane B 198.19.0.0/16).
 """
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from fabric.errors import TopologyError
+from fabric.limits import MAX_PORT, check_sizes, rate_problem
 
 #: Switch roles, lowest tier first. Leaf/ToR carry hosts; spine/core are the top of their design.
 ROLE_TIER: dict[str, int] = {"leaf": 1, "tor": 1, "agg": 2, "spine": 3, "core": 3}
@@ -212,6 +213,7 @@ def host_mac(plane_index: int, host_index: int) -> str:
 
 def _validate(fab: Fabric) -> None:
     """Check a fabric; raise TopologyError naming the first offending item."""
+    check_sizes(f"fabric {fab.name!r}", len(fab.hosts), len(fab.switches), len(fab.links), len(fab.planes))
     if not fab.planes:
         raise TopologyError(f"fabric {fab.name!r} declares no planes")
     seen_planes: dict[str, Plane] = {}
@@ -253,10 +255,9 @@ def _validate(fab: Fabric) -> None:
         names[host.name] = "host"
         if host.index != i:
             raise TopologyError(f"host {host.name!r}: index {host.index} does not match its position {i}")
-    if len(fab.hosts) >= 2**16 - 2:
-        raise TopologyError(f"fabric {fab.name!r}: {len(fab.hosts)} hosts do not fit a /16 per plane")
+    planes_with_switches = {s.plane for s in fab.switches}
     for plane in fab.planes:
-        if not any(s.plane == plane.name for s in fab.switches):
+        if plane.name not in planes_with_switches:
             raise TopologyError(f"plane {plane.name!r} has no switch")
         if len(fab.hosts) + 2 > plane.subnet.num_addresses:
             raise TopologyError(f"plane {plane.name!r}: subnet {plane.subnet} too small for {len(fab.hosts)} hosts")
@@ -269,8 +270,9 @@ def _validate(fab: Fabric) -> None:
         for end in (link.a, link.b):
             if end.node not in names:
                 raise TopologyError(f"{where}: unknown node {end.node!r}")
-        if not link.rate_gbps > 0:
-            raise TopologyError(f"{where}: rate_gbps must be > 0, got {link.rate_gbps}")
+        problem = rate_problem(link.rate_gbps)
+        if problem:
+            raise TopologyError(f"{where}: {problem}")
         if link.a.node == link.b.node:
             raise TopologyError(f"{where}: a link cannot connect a node to itself")
         kinds = (names[link.a.node], names[link.b.node])
@@ -278,8 +280,8 @@ def _validate(fab: Fabric) -> None:
             raise TopologyError(f"{where}: hosts cannot be linked directly to each other")
         for end in (link.a, link.b):
             low = 1 if names[end.node] == "switch" else 0
-            if end.port < low:
-                raise TopologyError(f"{where}: port {end.port} on {end.node!r} must be >= {low}")
+            if not low <= end.port <= MAX_PORT:
+                raise TopologyError(f"{where}: port {end.port} on {end.node!r} must be in {low}..{MAX_PORT}")
             if (end.node, end.port) in used_ports:
                 raise TopologyError(
                     f"{where}: port {end.port} on {end.node!r} is already used by {used_ports[(end.node, end.port)]}"
@@ -309,3 +311,37 @@ def _validate(fab: Fabric) -> None:
         for plane in fab.planes:
             if plane.name not in host_planes[host.name]:
                 raise TopologyError(f"host {host.name!r} has no port in plane {plane.name!r}")
+    _check_planes_connected(fab)
+
+
+def _check_planes_connected(fab: Fabric) -> None:
+    """Every plane's switches form one connected graph (hosts do not forward, so only switch links count).
+
+    Otherwise hosts on different islands of a plane cannot reach each other in it.
+    """
+    parent = {s.name: s.name for s in fab.switches}
+
+    def root(node: str) -> str:
+        while parent[node] != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for link in fab.links:
+        if link.a.node in parent and link.b.node in parent:
+            parent[root(link.a.node)] = root(link.b.node)
+    first: dict[str, Switch] = {}  # plane -> its first switch
+    hosts_at: dict[str, list[str]] = defaultdict(list)
+    for link in fab.links:
+        for here, there in ((link.a, link.b), (link.b, link.a)):
+            if here.node in parent and there.node not in parent:
+                hosts_at[here.node].append(there.node)
+    for sw in fab.switches:
+        ref = first.setdefault(sw.plane, sw)
+        if root(sw.name) != root(ref.name):
+            between = ""
+            if hosts_at[sw.name] and hosts_at[ref.name]:
+                between = f"; hosts {hosts_at[ref.name][0]!r} and {hosts_at[sw.name][0]!r} cannot reach each other in it"
+            raise TopologyError(
+                f"plane {sw.plane!r} is disconnected: switch {sw.name!r} has no path to switch {ref.name!r}{between}"
+            )

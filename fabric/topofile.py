@@ -15,6 +15,9 @@ or nodes and links listed explicitly (ports optional: numbered in link order whe
     links: [{a: h0, b: leaf0, rate_gbps: 100}, {a: h1, b: leaf0, rate_gbps: 100}]
 
 The file's structure is checked by a pydantic schema; the fabric's meaning by `fabric.model`.
+Before either, the limits of `fabric.limits`: the file's size and encoding (UTF-8), then a streaming
+scan of the YAML for nesting depth and node count (PyYAML recurses per level and holds every node),
+then the counts of hosts, switches and links, each refused with a `TopologyError` naming the file.
 """
 from __future__ import annotations
 
@@ -29,6 +32,13 @@ from pydantic import BaseModel, ConfigDict
 
 from fabric.builders import build
 from fabric.errors import TopologyError
+from fabric.limits import (
+    MAX_TOPOLOGY_FILE_BYTES,
+    MAX_YAML_INT_BITS,
+    MAX_YAML_NESTING_LEVELS,
+    MAX_YAML_NODES,
+    check_sizes,
+)
 from fabric.model import DEFAULT_SUBNETS, Endpoint, Fabric, Host, Link, Plane, Switch
 
 #: Where the shipped topologies live (repository checkout or editable install).
@@ -96,17 +106,27 @@ def from_dict(data: Any, source: str = "topology") -> Fabric:
             params = dict(bspec.params)
             if bspec.name is not None:
                 params.setdefault("name", bspec.name)
-            try:
-                return build(bspec.builder, params)
-            except TopologyError as e:
-                raise TopologyError(f"{source}: {e}") from None
+            return build(bspec.builder, params)
+        _check_list_lengths(data)
         spec = ExplicitSpec.model_validate(data)
+    except TopologyError as e:
+        raise TopologyError(f"{source}: {e}") from None
     except pydantic.ValidationError as e:
         raise _schema_error(source, e) from None
     try:
         return _explicit(spec)
     except TopologyError as e:
         raise TopologyError(f"{source}: {e}") from None
+
+
+def _check_list_lengths(data: dict[Any, Any]) -> None:
+    """The explicit form's counts, refused before the schema or the model spends time on them."""
+
+    def length(key: str) -> int:
+        items = data.get(key)
+        return len(items) if isinstance(items, list) else 0
+
+    check_sizes("explicit form", length("hosts"), length("switches"), length("links"), length("planes"))
 
 
 def _explicit(spec: ExplicitSpec) -> Fabric:
@@ -138,11 +158,16 @@ def _explicit(spec: ExplicitSpec) -> Fabric:
         if ls.b_port is not None:
             taken[ls.b].add(ls.b_port)
 
+    # The lowest free port only rises (explicit ports are fixed up front), so each node keeps a cursor:
+    # restarting from the bottom each time is quadratic for a switch with many explicit ports.
+    cursor: dict[str, int] = {}
+
     def next_port(node: str) -> int:
-        port = 1 if node in switch_names else 0
+        port = cursor.get(node, 1 if node in switch_names else 0)
         while port in taken[node]:
             port += 1
         taken[node].add(port)
+        cursor[node] = port + 1
         return port
 
     links = []
@@ -167,9 +192,80 @@ def to_dict(fab: Fabric) -> dict[str, Any]:
     }
 
 
+#: libyaml's parser when PyYAML was built with it (4x faster on large files), else the pure-Python one.
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]
+    """PyYAML's safe loader, for documents `_scan` has bounded: integers of at most 64 bits, merge keys
+    (`<<`) that cannot expand exponentially, and a value Python cannot convert (a date like 2001-13-45)
+    reported with its line instead of escaping as a ValueError."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.mapping_entries = 0
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError) as e:
+            shown = f" {node.value[:40]!r}" if isinstance(node, yaml.ScalarNode) else ""
+            raise yaml.constructor.ConstructorError(None, None, f"cannot read{shown}: {e}", node.start_mark) from None
+
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        # Judged by its length first: Python refuses (and slowly) to convert 4,300 decimal digits or more.
+        # 64 bits need at most "-0b" and 64 digits.
+        length = len(str(node.value).replace("_", ""))
+        value = int(self.construct_yaml_int(node)) if length <= MAX_YAML_INT_BITS + 3 else None
+        if value is None or value.bit_length() > MAX_YAML_INT_BITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {length:,} characters is beyond {MAX_YAML_INT_BITS} bits", node.start_mark)
+        return value
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        # Each merge copies the merged mappings' entries, so nested merges of merges grow exponentially
+        # (a "billion laughs"); count every entry flattened and stop at the document's node limit.
+        super().flatten_mapping(node)
+        self.mapping_entries += len(node.value)
+        if self.mapping_entries > MAX_YAML_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"mappings (merge keys included) hold more than {MAX_YAML_NODES:,} entries", node.start_mark)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_bounded_int)
+
+
+def _scan(text: str, source: str, loader: Any = _BaseLoader) -> None:
+    """Refuse a document nested deeper than MAX_YAML_NESTING_LEVELS or with more than MAX_YAML_NODES nodes.
+
+    Reads the parser's event stream, which is iterative and holds no nodes; stops at the first excess.
+    """
+    depth = nodes = 0
+    for event in yaml.parse(text, Loader=loader):
+        if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)):
+            nodes += 1
+            if nodes > MAX_YAML_NODES:
+                raise TopologyError(f"{source}: more than {MAX_YAML_NODES:,} YAML nodes (fabric.limits.MAX_YAML_NODES)")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_YAML_NESTING_LEVELS:
+                mark = event.start_mark
+                raise TopologyError(
+                    f"{source}: line {mark.line + 1}, column {mark.column + 1}: collections nested more than "
+                    f"{MAX_YAML_NESTING_LEVELS} levels deep (fabric.limits.MAX_YAML_NESTING_LEVELS)")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
 def loads(text: str, source: str = "topology") -> Fabric:
+    """Parse and build a topology from YAML text (see the module docstring for what is refused)."""
+    size_bytes = len(text.encode("utf-8", "surrogatepass"))
+    if size_bytes > MAX_TOPOLOGY_FILE_BYTES:
+        raise TopologyError(f"{source}: {size_bytes:,} bytes; a topology file may have at most "
+                            f"{MAX_TOPOLOGY_FILE_BYTES:,} (fabric.limits.MAX_TOPOLOGY_FILE_BYTES)")
     try:
-        data = yaml.safe_load(text)
+        _scan(text, source)
+        data = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         raise TopologyError(f"{source}: not valid YAML: {e}") from None
     return from_dict(data, source)
@@ -181,9 +277,19 @@ def load(path: str | Path) -> Fabric:
     if not p.exists() and not p.suffix and (TOPOLOGY_DIR / f"{p}.yaml").exists():
         p = TOPOLOGY_DIR / f"{p}.yaml"
     try:
-        text = p.read_text()
+        with p.open("rb") as f:
+            raw = f.read(MAX_TOPOLOGY_FILE_BYTES + 1)  # no further: the path may be a device or a huge file
     except OSError as e:
         raise TopologyError(f"{path}: cannot read topology file: {e.strerror}") from None
+    if len(raw) > MAX_TOPOLOGY_FILE_BYTES:
+        raise TopologyError(f"{path}: larger than {MAX_TOPOLOGY_FILE_BYTES:,} bytes, the most a topology file "
+                            "may have (fabric.limits.MAX_TOPOLOGY_FILE_BYTES)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise TopologyError(f"{path}: not UTF-8 text: byte 0x{raw[e.start]:02x} at offset {e.start} "
+                            f"(line {line}) cannot be decoded") from None
     return loads(text, source=str(path))
 
 

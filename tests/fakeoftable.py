@@ -5,11 +5,14 @@ It applies the real messages the controller would send (flow-mods and group-mods
 through the fabric's cabling, so tests assert where packets go rather than which bytes were sent.
 
 Supported: tables 0 and 1, priorities, exact and masked matches, apply-actions output/group,
-write-metadata + goto-table, fast-failover groups (first bucket whose watch port is live).
+write-metadata + goto-table, fast-failover groups (first bucket whose watch port is live). `send`
+forwards bytes like `trace` and counts them as a switch does (per flow entry, kept across a modify;
+per port), so tests can feed the controller the statistics its polls would read.
 """
 from __future__ import annotations
 
 import ipaddress
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +31,7 @@ class Entry:
     match: dict[str, Any]
     instructions: list[Any]
     cookie: int
+    byte_count: int = 0
 
 
 def _matches(match: dict[str, Any], packet: dict[str, Any]) -> bool:
@@ -97,6 +101,7 @@ class FakeFabric:
             self.peer[(link.a.node, link.a.port)] = (link.b.node, link.b.port)
             self.peer[(link.b.node, link.b.port)] = (link.a.node, link.a.port)
         self.down: set[tuple[str, int]] = set()
+        self.tx_bytes: Counter[tuple[str, int]] = Counter()  # (node, port) -> bytes sent by it
 
     def apply(self, changes: Changes | list[Changes]) -> None:
         for ch in changes if isinstance(changes, list) else [changes]:
@@ -109,7 +114,7 @@ class FakeFabric:
         for end in ((node, port), self.peer[(node, port)]):
             (self.down.discard if up else self.down.add)(end)
 
-    def _egress(self, switch: str, packet: dict[str, Any]) -> int | None:
+    def _egress(self, switch: str, packet: dict[str, Any], hits: list[Entry]) -> int | None:
         sw = self.switches[switch]
         table = 0
         meta = None
@@ -118,6 +123,7 @@ class FakeFabric:
             entry = sw.lookup(table, pkt)
             if entry is None:
                 return None
+            hits.append(entry)
             goto = None
             for inst in entry.instructions:
                 if isinstance(inst, parser.OFPInstructionWriteMetadata):
@@ -138,6 +144,28 @@ class FakeFabric:
     def trace(self, src_host: str, src_nic: int, packet: dict[str, Any], max_hops: int = 16) -> list[str]:
         """Nodes the packet visits after leaving `src_host` by NIC `src_nic`: ends at a host, or
         'DROP' (no flow, or sent into a dead link)."""
+        return self._walk(src_host, src_nic, packet, max_hops, [], [])
+
+    def send(self, src_host: str, src_nic: int, packet: dict[str, Any], n_bytes: int) -> list[tuple[str, int]]:
+        """Forward `n_bytes` of `packet`'s flow as `trace` does, counting them on every flow entry it
+        matches and every port it leaves by (the host's NIC included); returns those (node, port)."""
+        hits: list[Entry] = []
+        out: list[tuple[str, int]] = [(src_host, src_nic)]
+        path = self._walk(src_host, src_nic, packet, 16, hits, out)
+        assert path[-1] in self.fabric.host_by_name, path
+        for entry in hits:
+            entry.byte_count += n_bytes
+        for end in out:
+            self.tx_bytes[end] += n_bytes
+        return out
+
+    def port_counters(self, switch: str, duration_s: float) -> dict[int, tuple[int, int, float]]:
+        """A port-stats reply: port -> (tx bytes, rx bytes, duration)."""
+        return {a.port: (self.tx_bytes[(switch, a.port)], self.tx_bytes[self.peer[(switch, a.port)]], duration_s)
+                for a in self.fabric.adjacency[switch]}
+
+    def _walk(self, src_host: str, src_nic: int, packet: dict[str, Any], max_hops: int, hits: list[Entry],
+              egress: list[tuple[str, int]]) -> list[str]:
         if (src_host, src_nic) in self.down:
             return ["DROP"]
         node, _ = self.peer[(src_host, src_nic)]
@@ -146,10 +174,11 @@ class FakeFabric:
             path.append(node)
             if node in self.fabric.host_by_name:
                 return path
-            port = self._egress(node, packet)
+            port = self._egress(node, packet, hits)
             if port is None or (node, port) in self.down:
                 path.append("DROP")
                 return path
+            egress.append((node, port))
             node, _ = self.peer[(node, port)]
         path.append("LOOP")
         return path
@@ -199,5 +228,5 @@ def group_desc(fake: FakeFabric, switch: str) -> list[tuple[int, tuple[int, ...]
 
 def flow_stats(fake: FakeFabric, switch: str, cookie: int) -> list[FlowStat]:
     """A flow-stats reply for the flows with `cookie`, matches as they come off the wire."""
-    return [FlowStat(e.table, e.priority, _wire_match(e.match), e.instructions, e.cookie)
+    return [FlowStat(e.table, e.priority, _wire_match(e.match), e.instructions, e.cookie, e.byte_count)
             for e in fake.switches[switch].entries if e.cookie == cookie]

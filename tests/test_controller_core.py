@@ -359,3 +359,116 @@ def test_slot_rates_of_different_switches_are_kept_apart():
     r1 = core.on_flow_counters(d1, [(f1, 5_004_000, 2.0)])
     # 1000 and 4000 bytes in one second: 8000 and 32000 bits/s
     assert r0 == {("leafA0", "leafA3", 0): 8000.0} and r1 == {("leafA1", "leafA3", 0): 32000.0}
+
+
+# pyramid-16 by hand, from the builder's wiring order (cores first, then per pod: its aggs, each
+# linked to every core, then its ToRs, each linked to every agg of the pod; hosts last):
+#   tor0: port 1 -> agg0, 2 -> agg1, 3..6 -> h0..h3      tor2: port 1 -> agg2, 2 -> agg3, 3..6 -> h8..h11
+#   tor1: port 1 -> agg0, 2 -> agg1, 3..6 -> h4..h7      tor3: port 1 -> agg2, 2 -> agg3, 3..6 -> h12..h15
+#   agg0: 1 -> core0, 2 -> core1, 3 -> tor0, 4 -> tor1   agg2: 1 -> core0, 2 -> core1, 3 -> tor2, 4 -> tor3
+#   core0: 1 -> agg0, 2 -> agg1, 3 -> agg2, 4 -> agg3
+# Slot fields: ToR tier bits 1-4, agg tier bits 5-8, core tier bits 9-12 of the source port; slot s
+# takes the (s mod 2)-th of the two equal-cost ports. Source port 49152 is slot 0 at every tier and
+# 49152 + (2 << 1) + (2 << 5) + (2 << 9) = 50244 is slot 2 at every tier: both take the first port.
+PYR_CAP_BPS = 400e9 * 1e-4  # every switch-to-switch link of pyramid-16 is 400G; at 0.1 Mbit/s per Gbit/s
+
+
+def test_one_flow_counts_as_one_elephant_on_each_link_of_its_pyramid_path_and_nowhere_else():
+    from tests.fluid import Flow, Fluid
+
+    fab, core, fake = programmed("pyramid-16", "adaptive", rate_scale=1e-4)
+    flow = Flow("h0", "h8", 49152)
+    fluid = Fluid(core, fake, [flow], 1e-4)
+    fluid.round()
+    assert fake.trace("h0", 0, tcp(str(fab.nic("h8", "A").ip), 49152)) == ["tor0", "agg0", "core0", "agg2", "tor2", "h8"]
+    # measured at its three decision points (tor0, agg0, core0), each at the flow's full rate
+    assert {k: round(v / PYR_CAP_BPS, 3) for k, v in core.last_slot_rates_bps.items() if v} == {
+        ("tor0", "tor2", 0): 1.0, ("agg0", "tor2", 0): 1.0, ("core0", "tor2", 0): 1.0}
+    count = core.policy.elephants(core.last_slot_rates_bps, 0.05 * PYR_CAP_BPS)
+    assert dict(+count) == {("tor0", 1): 1, ("agg0", 1): 1, ("core0", 3): 1, ("agg2", 3): 1}
+
+
+def _shared_switch_links(fab, fluid):
+    a, b = ([l for l in fluid.links(f) if l[0] in fab.switch_by_name] for f in fluid.flows)
+    return set(a) & set(b)
+
+
+@pytest.mark.parametrize("b_src, b_dst, shared", [
+    # same ToRs: the whole path tor0 -> agg0 -> core0 -> agg2 -> tor2
+    ("h1", "h9", {("tor0", 1), ("agg0", 1), ("core0", 3), ("agg2", 3)}),
+    # other ToRs, other destination: they share agg0 -> core0 -> agg2 only
+    ("h4", "h12", {("agg0", 1), ("core0", 3)}),
+])
+def test_two_elephants_sharing_a_pyramid_path_are_split_within_a_few_rounds(b_src, b_dst, shared):
+    from tests.fluid import Flow, Fluid
+
+    fab, core, fake = programmed("pyramid-16", "adaptive", rate_scale=1e-4)
+    fluid = Fluid(core, fake, [Flow("h0", "h8", 49152), Flow(b_src, b_dst, 50244)], 1e-4)
+    assert _shared_switch_links(fab, fluid) == shared
+    rounds = 0
+    while _shared_switch_links(fab, fluid) and rounds < 3:
+        fluid.round()
+        rounds += 1
+    assert _shared_switch_links(fab, fluid) == set(), f"still shared after {rounds} rounds"
+    # split for good: each flow at its NIC's full rate, and nothing moves any more
+    assert sum(fluid.round() for _ in range(6)) == 0
+    assert [round(r / PYR_CAP_BPS, 6) for r in fluid.rates_bps] == [1.0, 1.0]
+    assert _shared_switch_links(fab, fluid) == set()
+
+
+def test_a_hot_link_with_two_elephant_slots_moves_one_at_every_pyramid_decision_point():
+    # the decision-latency benchmark's congestion event, everywhere: slots on one port at 10% each
+    fab = topofile.load("pyramid-16")
+    for sw, dest in ControllerCore(fab, "adaptive").policy.decision_points():
+        core = ControllerCore(fab, "adaptive", rate_scale=1e-4)
+        slots = core.policy.slots(sw, dest)
+        port = slots[0]
+        core.last_slot_rates_bps.update({(sw, dest, s): 0.1 * PYR_CAP_BPS for s, p in enumerate(slots) if p == port})
+        core.on_loads({(sw, port): 0.97 * PYR_CAP_BPS}, 1.0)
+        moves = [m for e in core.policy.events() for m in e.moves]
+        assert [(m.switch, m.dest, m.old_port, m.cause) for m in moves] == [(sw, dest, port, "congestion")], (sw, dest)
+
+
+def test_an_operators_drain_survives_recoveries_until_released():
+    fab, core, fake = programmed("dual-plane-16", "adaptive")
+    ip = str(fab.nic("h15", "A").ip)
+    sports = [49152 + 2 * s for s in range(16)]  # slot s at the leaf tier
+
+    def spine_of_slot():
+        return [fake.trace("h0", 0, tcp(ip, sp)) for sp in sports]
+
+    def spines():
+        paths = spine_of_slot()
+        assert all(p[-1] == "h15" for p in paths), paths
+        return {p[1] for p in paths}
+
+    assert spines() == {"spineA0", "spineA1"}
+    # drain leafA0's uplink 1 (spineA0) for leafA3: its slots (the even ones) onto port 2 (spineA1)
+    for slot in range(0, 16, 2):
+        fake.apply(core.on_manual_move("leafA0", "leafA3", slot, 2, 1.0))
+    assert spines() == {"spineA1"}
+    # spineA0's link to leafA3 (spineA0 port 4), on the drained path, fails and recovers: still drained
+    _fail(fab, core, fake, "spineA0", 4, 2.0)
+    assert spines() == {"spineA1"}
+    _fail(fab, core, fake, "spineA0", 4, 3.0, up=True)
+    assert spines() == {"spineA1"}
+    # the path it was drained to fails: traffic takes the only live way meanwhile, and comes back
+    _fail(fab, core, fake, "spineA1", 4, 4.0)
+    assert spines() == {"spineA0"}
+    _fail(fab, core, fake, "spineA1", 4, 5.0, up=True)
+    assert spines() == {"spineA1"}
+    # congestion moves no pinned slot: the hot uplink to spineA1 (400G) carries elephants in
+    # pinned slots 0 and 2 and in slot 1; only slot 1 may go (to spineA0, which has none)
+    cap = 400e9
+    core.last_slot_rates_bps.update({("leafA0", "leafA3", s): 0.3 * cap for s in (0, 1, 2)})
+    fake.apply(core.on_loads({("leafA0", 2): cap}, 6.0))
+    assert [(m.cause, m.slot, m.new_port) for m in core.policy.events()[-1].moves] == [("congestion", 1, 1)]
+    # undone explicitly: the operator releases one slot, then all; they go back to slot s -> spine s mod 2
+    fake.apply(core.on_release("leafA0", "leafA3", 4, 7.0))
+    assert [p[1] for p in spine_of_slot()] == ["spineA1", "spineA0"] + ["spineA1"] * 2 + ["spineA0"] + ["spineA1"] * 11
+    fake.apply(core.on_release("leafA0", "leafA3", None, 8.0))
+    assert [p[1] for p in spine_of_slot()] == ["spineA0"] * 2 + ["spineA0", "spineA1"] * 7  # slot 1: congestion's
+    with pytest.raises(FabriclabError, match="slot 0 at leafA0 towards leafA3 is not pinned"):
+        core.on_release("leafA0", "leafA3", 0, 9.0)
+    causes = [(e.cause, e.trigger) for e in core.policy.events()]
+    assert ("manual", "operator release") in causes

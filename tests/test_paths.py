@@ -82,3 +82,41 @@ def test_next_ports_lead_only_along_shortest_paths():
     assert table.next_ports("leafA0", dest) == (1, 2)
     # from a spine: exactly the one port towards leafA3 (spine port 4 = 4th leaf)
     assert table.next_ports("spineA0", dest) == (4,)
+
+
+def test_segments_by_hand():
+    # pyramid-16 (port numbering in tests/test_controller_core.py): towards tor2, tor0 and agg0 and
+    # core0 all decide, agg2 does not; leaf-spine-16: spines do not decide
+    table = PathTable(topofile.load("pyramid-16"))
+    assert table.segment("tor0", "tor2", 1) == (("tor0", 1),)
+    assert table.segment("agg0", "tor2", 2) == (("agg0", 2),)
+    assert table.segment("core0", "tor2", 3) == (("core0", 3), ("agg2", 3))
+    # agg2 -> tor2: from agg2 itself, from either core (down through agg2), from tor3 (up to agg2, down to tor2)
+    assert table.segments_through("agg2", 3) == (("agg2", "tor2", 3), ("core0", "tor2", 3), ("core1", "tor2", 3),
+                                                 ("tor3", "tor2", 1))
+    assert table.segments_through("tor0", 3) == ()  # into host h0: no switch-to-switch choice
+    ls = PathTable(topofile.load("leaf-spine-16"))
+    assert ls.segment("leafA0", "leafA3", 1) == (("leafA0", 1), ("spineA0", 4))
+
+
+@pytest.mark.parametrize("topo", ["pyramid-16", "dual-plane-16"])
+def test_segments_cut_every_shortest_path_into_consecutive_pieces(topo):
+    # each shortest path (networkx, independently) is its segments end to end: from its first
+    # switch, then from wherever the previous segment ended
+    fab = topofile.load(topo)
+    table = PathTable(fab)
+    for plane in fab.planes:
+        g = nx.Graph()
+        for link in fab.links:
+            if {link.a.node, link.b.node} <= {s.name for s in fab.switches_in(plane.name)}:
+                g.add_edge(link.a.node, link.b.node, ports={link.a.node: link.a.port, link.b.node: link.b.port})
+        edges = sorted({p.switch for p in fab.nic_ports if p.plane == plane.name})
+        for src, dst in itertools.permutations(edges, 2):
+            for nodes in nx.all_shortest_paths(g, src, dst):
+                links = [(a, g.edges[a, b]["ports"][a]) for a, b in zip(nodes, nodes[1:])]
+                pieces, at = [], 0
+                while at < len(links):
+                    seg = table.segment(links[at][0], dst, links[at][1])
+                    pieces.extend(seg)
+                    at += len(seg)
+                assert pieces == links, (src, dst, nodes)

@@ -107,3 +107,30 @@ def test_a_researchers_policy_runs_in_the_controller_like_a_built_in_mode():
     _fail(fab, core, fake, "spineA3", 4, 1.0)
     assert {fake.trace("h0", 0, tcp(ip, sp))[1] for sp in sports} == {"spineA2"}
     assert core.policy.reroutes()["failure"] > 0
+
+
+def test_pinned_slots_keep_their_port_through_failures_elsewhere_and_recoveries():
+    # leaf-spine-16: leafA0's uplinks 1..4 = spineA0..3; spine port 4 goes to leafA3
+    p = policy(AdaptivePolicy, "leaf-spine-16")
+    p.move("leafA0", "leafA3", 0, 3, 1.0)  # slot 0: base port 1 -> 3
+    p.move("leafA0", "leafA3", 1, 2, 1.1)  # slot 1: pinned where it is (port 2)
+    assert p.pinned("leafA0", "leafA3") == {0: 3, 1: 2}
+    p.on_link_change("spineA1", 4, False, 2.0)  # port 2's paths die: slot 1 must leave, slot 0 stays
+    slots = p.slots("leafA0", "leafA3")
+    assert slots[0] == 3 and slots[1] != 2 and 2 not in slots
+    p.on_link_change("spineA1", 4, True, 3.0)
+    assert p.slots("leafA0", "leafA3") == (3, 2) + tuple(q % 4 + 1 for q in range(2, 16))
+    p.release("leafA0", "leafA3", None, 4.0)
+    assert p.slots("leafA0", "leafA3") == tuple(q % 4 + 1 for q in range(16)) and p.pinned("leafA0", "leafA3") == {}
+
+
+def test_a_researchers_policy_keeps_the_operators_pins_too():
+    # LastPortPolicy puts every slot on the highest live port (4); the operator pins slot 0 on 1
+    p = policy(LastPortPolicy, "leaf-spine-16")
+    p.move("leafA0", "leafA3", 0, 1, 1.0)
+    p.on_link_change("spineA3", 4, False, 2.0)  # port 4's paths die: everything -> 3, but slot 0 stays
+    assert p.slots("leafA0", "leafA3") == (1,) + (3,) * 15
+    assert [m.slot for e in p.events() if e.cause == "failure" for m in e.moves
+            if (m.switch, m.dest) == ("leafA0", "leafA3")] == list(range(1, 16))
+    p.on_link_change("spineA3", 4, True, 3.0)
+    assert p.slots("leafA0", "leafA3")[0] == 1

@@ -54,8 +54,8 @@ def _mutate(old: str, new: str) -> str:
 @pytest.mark.parametrize("text, needle", [
     (_mutate("{a: h1, b: lb, rate_gbps: 100}", "{a: h1, b: lc, rate_gbps: 100}"), "unknown node 'lc'"),
     (_mutate("hosts: [h0, h1]", "hosts: [h0, h1, la]"), "duplicate node name 'la'"),
-    (_mutate("{a: h1, b: lb, rate_gbps: 100}", "{a: h1, b: lb, rate_gbps: 0}"), r"link 3 \(h1 -- lb\): rate_gbps must be > 0"),
-    (_mutate("{a: h1, b: lb, rate_gbps: 100}", "{a: h1, b: lb, rate_gbps: -5}"), "rate_gbps must be > 0, got -5"),
+    (_mutate("{a: h1, b: lb, rate_gbps: 100}", "{a: h1, b: lb, rate_gbps: 0}"), r"link 3 \(h1 -- lb\): rate_gbps 0 is outside"),
+    (_mutate("{a: h1, b: lb, rate_gbps: 100}", "{a: h1, b: lb, rate_gbps: -5}"), "rate_gbps -5 is outside"),
     (_mutate("hosts: [h0, h1]", "hosts: [h0, h1, h2]"), "host 'h2' has no link"),
     (_mutate("  - {a: h1, b: lb, rate_gbps: 100}\n", ""), "host 'h1' has no port in plane 'B'"),
     (_mutate("{name: lb, role: leaf, plane: B}", "{name: lb, role: leaf, plane: C}"), "switch 'lb': plane 'C' is not declared"),

@@ -7,11 +7,11 @@
 - `adaptive`: `ecmp`, plus fabric-wide failover (a link going down removes every choice, anywhere,
   whose paths all cross it; it coming back restores them) and congestion-aware moves (a hot link
   moves one of the elephants sharing it to the alternative path with the fewest elephants; see
-  `AdaptivePolicy._relieve`).
+  `AdaptivePolicy._relieve`). Slots an operator pinned keep their port whenever it is alive.
 
-Both reactions are lookups in the path table's precomputed `crossing`/`via` index, not graph
-searches. A move changes one slot's next hop at one switch: a flow-mod in the controller, a
-re-route in the simulator.
+Both reactions are lookups in the path table's precomputed indexes (`crossing`/`via` for liveness,
+`segment`/`segments_through` for the links a slot surely crosses), not graph searches. A move
+changes one slot's next hop at one switch: a flow-mod in the controller, a re-route in the simulator.
 """
 from __future__ import annotations
 
@@ -49,15 +49,22 @@ class AdaptivePolicy(EcmpPolicy):
         return moves
 
     def _remap(self, key: DecisionPoint, cause: str) -> list[SlotMove]:
+        """All ports alive: the all-up mapping; else keep slots on live ports and spread the others
+        evenly. Pinned slots stay on their operator's port wherever it is alive."""
         alive = self._alive[key]
-        current = self._slots[key]
+        current = list(self._slots[key])
         if not alive:
             return []  # unreachable from here in this plane: nothing better to do
+        pins = {s: p for s, p in self._pins.get(key, {}).items() if p in alive}
         if len(alive) == len(self.table.ecmp_ports(*key)):
-            new = self._base[key]
+            new = list(self._base[key])
+            for s, p in pins.items():
+                new[s] = p
         else:
-            new = _rebalance(tuple(current), alive)
-        return [self._set_slot(key, s, new[s], cause) for s, old in enumerate(current) if old != new[s]]
+            for s, p in pins.items():
+                current[s] = p
+            new = list(_rebalance(tuple(current), alive, frozenset(pins)))
+        return [self._set_slot(key, s, new[s], cause) for s, old in enumerate(self._slots[key]) if old != new[s]]
 
     # ---- congestion ----------------------------------------------------------------------------
     def react_to_loads(self, slot_rates_bps: dict[SlotKey, float], now: float) -> list[SlotMove]:
@@ -69,73 +76,88 @@ class AdaptivePolicy(EcmpPolicy):
                 moves.append(move)
         return moves
 
-    def _elephants(self, slot_rates: dict[SlotKey, float], floor_bps: float) -> Counter[DirectedLink]:
-        """Directed link -> how many slots carrying at least `floor_bps` may send over it."""
+    def elephants(self, slot_rates_bps: dict[SlotKey, float], floor_bps: float) -> Counter[DirectedLink]:
+        """Directed link -> how many slots carrying at least `floor_bps` cross it now.
+
+        A slot is counted on the links it crosses up to the next decision point (`slot_links`);
+        beyond it, that decision point's own slot carries the same packets and is counted there. So
+        a flow measured at every decision point on its path counts once on each link of its path."""
         count: Counter[DirectedLink] = Counter()
-        for (sw, dest, slot), rate in slot_rates.items():
+        for (sw, dest, slot), rate in slot_rates_bps.items():
             slots = self._slots.get((sw, dest))
             if rate >= floor_bps and slots is not None and slot < len(slots):
-                count.update(self.table.via(sw, dest, slots[slot]))
+                count.update(self.slot_links(sw, dest, slot))
         return count
 
     def _relieve(self, hot: DirectedLink, slot_rates: dict[SlotKey, float], now: float) -> SlotMove | None:
         """Move one of the elephants sharing `hot` to the alternative with the fewest elephants.
 
-        Elephants are slots carrying at least `min_move_share` of the link. One elephant alone on a
-        link (a TCP flow fills any link) is not congestion a move can fix; with n on the hot link, a
-        move is made only to an alternative path whose busiest link has at most n - 2, so the
-        elephants spread out and never swap back and forth. Among those: fewest elephants, then the
-        heaviest slot, then the most room."""
+        Elephants are slots carrying at least `min_move_share` of the link, counted where they
+        surely are (`elephants`). One elephant alone on a link (a TCP flow fills any link) is not
+        congestion a move can fix; with n on the hot link, a move is made only to an alternative
+        whose busiest link has at most n - 2, so the elephants spread out and never swap back and
+        forth. The elephants counted on `hot` are slots of the decision points whose segment holds
+        it (the nearest decision point upstream, for each destination), so those are the ones that
+        move; an alternative's links are its segment (the next decision point balances its own).
+        Pinned slots stay. Among the candidates: fewest elephants, then the heaviest slot, then the
+        most room."""
         cfg = self.config
         cap = self._capacity_bps
         floor = cfg.min_move_share * cap[hot]
-        elephants = self._elephants(slot_rates, floor)
+        elephants = self.elephants(slot_rates, floor)
         n_hot = elephants[hot]
         if n_hot < 2:
             return None
         best: tuple[tuple[int, float, float], tuple[DecisionPoint, int, int]] | None = None
-        for sw, dest, port in self.table.crossing(*hot):
+        for sw, dest, port in self.table.segments_through(*hot):
             key = (sw, dest)
             if key not in self._base or self._hold_until.get(key, -1.0) > now:
                 continue
-            heavy = [(slot, slot_rates.get((sw, dest, slot), 0.0)) for slot, p in enumerate(self._slots[key])
-                     if p == port and slot_rates.get((sw, dest, slot), 0.0) >= floor]
+            slots = self._slots[key]
+            if any((sw, q) in self._down for q in self.table.ecmp_ports(sw, dest)):
+                on_port = [s for s in range(len(slots)) if self.egress(sw, dest, s) == port]
+            else:
+                on_port = [s for s, p in enumerate(slots) if p == port]
+            pins = self._pins.get(key, {})
+            heavy = [(s, r) for s in on_port if s not in pins and (r := slot_rates.get((sw, dest, s), 0.0)) >= floor]
             if not heavy:
                 continue
             for alt in self._alive.get(key, ()):
-                via = self.table.via(sw, dest, alt)
-                if alt == port or hot in via:
+                seg = self.table.segment(sw, dest, alt)
+                if alt == port or hot in seg:
                     continue
-                n_alt = max(elephants[l] for l in via)
+                n_alt = max(elephants[l] for l in seg)
                 if n_alt + 2 > n_hot:
                     continue
-                room = max(self.utilisation(l) for l in via)
+                room = max(self.utilisation(l) for l in seg)
                 for slot, rate in heavy:
-                    after = room + rate / min(cap[l] for l in via)
+                    after = room + rate / min(cap[l] for l in seg)
                     score = (-n_alt, rate, -after)
                     if best is None or score > best[0]:
                         best = (score, (key, slot, alt))
         if best is None:
             return None
         key, slot, alt = best[1]
+        old = self.slot_links(key[0], key[1], slot)
         move = self._set_slot(key, slot, alt, "congestion")
         self._hold_until[key] = now + cfg.hold_s
         rate = slot_rates[(key[0], key[1], slot)]
-        old_via = self.table.via(key[0], key[1], move.old_port)
-        new_via = self.table.via(key[0], key[1], move.new_port)
-        for l in old_via - new_via:
+        new = self.slot_links(key[0], key[1], slot)
+        for l in set(old) - set(new):
             if l in self._loads:
                 self._loads[l].rate_bps = max(0.0, self._loads[l].rate_bps - rate)
-        for l in new_via - old_via:
+        for l in set(new) - set(old):
             self._loads.setdefault(l, _Load()).rate_bps += rate
         return move
 
 
 @functools.lru_cache(maxsize=4096)
-def _rebalance(current: tuple[int, ...], alive: tuple[int, ...]) -> tuple[int, ...]:
+def _rebalance(current: tuple[int, ...], alive: tuple[int, ...], fixed: frozenset[int] = frozenset()
+               ) -> tuple[int, ...]:
     """Keep slots on live ports; give slots of dead ports to the least-used live ports; then even out
-    so no two live ports differ by more than one slot. Deterministic, so cached: a failure puts many
-    decision points (every leaf, every destination) in the same situation."""
+    so no two live ports differ by more than one slot, moving only slots not in `fixed` (pinned
+    ones, which are on live ports). Deterministic, so cached: a failure puts many decision points
+    (every leaf, every destination) in the same situation."""
     new: list[int | None] = [p if p in alive else None for p in current]
     count = Counter({p: 0 for p in alive})
     count.update(p for p in new if p is not None)
@@ -145,11 +167,14 @@ def _rebalance(current: tuple[int, ...], alive: tuple[int, ...]) -> tuple[int, .
             new[s] = target
             count[target] += 1
     while True:
-        hi = max(alive, key=lambda q: (count[q], -q))
+        movable = {p for i, p in enumerate(new) if i not in fixed and p is not None}
+        if not movable:
+            break
+        hi = max(movable, key=lambda q: (count[q], -q))
         lo = min(alive, key=lambda q: (count[q], q))
         if count[hi] - count[lo] <= 1:
             break
-        s = max(i for i, p in enumerate(new) if p == hi)
+        s = max(i for i, p in enumerate(new) if p == hi and i not in fixed)
         new[s] = lo
         count[hi] -= 1
         count[lo] += 1

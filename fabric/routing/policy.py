@@ -8,17 +8,22 @@ moves. A policy never does I/O.
 
 The base class keeps what every policy needs and exposes it read-only: liveness of every directed
 link and of every equal-cost choice, smoothed loads with hot/cool hysteresis, the slot tables at the
-decision points, and the log of routing events. Subclasses react by overriding `react_to_link` and
-`react_to_loads`, changing slots only through `_set_slot`. Built-in modes are in
-`fabric.routing.modes`; `fabric.routing.registry.load_policy("mypkg.module:MyPolicy")` loads a
-researcher's own.
+decision points, the operator's pinned slots, and the log of routing events. Subclasses react by
+overriding `react_to_link`, `react_to_loads` and `react_to_release`, changing slots only through
+`_set_slot`. Built-in modes are in `fabric.routing.modes`;
+`fabric.routing.registry.load_policy("mypkg.module:MyPolicy")` loads a researcher's own.
+
+An operator's move (`move`) pins the slot: whatever a policy's reaction does, the base class puts a
+pinned slot back on the operator's port whenever that port is alive (a failure may move it off for
+as long as the port's paths are dead; the recovery brings it back), until the operator releases it
+(`release`).
 """
 from __future__ import annotations
 
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Iterable
 
 from fabric.errors import RoutingError
 from fabric.model import ROLE_TIER, NicPort
@@ -130,6 +135,8 @@ class RoutingPolicy:
                 n = self.entropy.slots(self._tier[sw])
                 self._base[(sw, dest)] = tuple(self.initial_port(sw, dest, s, ports) for s in range(n))
         self._slots: dict[DecisionPoint, list[int]] = {k: list(v) for k, v in self._base.items()}
+        # decision point -> slot -> the port an operator put it on (kept until released)
+        self._pins: dict[DecisionPoint, dict[int, int]] = {}
         self._loads: dict[DirectedLink, _Load] = {}
         self._capacity_bps: dict[DirectedLink, float] = {}
         for link in fab.links:
@@ -152,6 +159,13 @@ class RoutingPolicy:
     def react_to_loads(self, slot_rates_bps: dict[SlotKey, float], now: float) -> list[SlotMove]:
         """Called after new loads were folded in (`hot_links()` says which are hot). Default: none."""
         return []
+
+    def react_to_release(self, key: DecisionPoint, slots: tuple[int, ...], now: float) -> list[SlotMove]:
+        """Called after the operator released pinned `slots` at decision point `key`: place them as
+        the policy would. Default: back on their all-links-up port where it is alive."""
+        alive = self._alive.get(key, ())
+        return [self._set_slot(key, s, self._base[key][s], "manual") for s in slots
+                if self._slots[key][s] != self._base[key][s] and self._base[key][s] in alive]
 
     def static_port(self, switch: str, dest: str) -> int:
         """For policies with `multipath = False`: the one port towards `dest`."""
@@ -189,20 +203,95 @@ class RoutingPolicy:
             return self.port(switch, dest)
         return self.port(switch, dest, self.entropy.slot(self._tier[switch], src_port))
 
-    def path(self, src: NicPort, dst: NicPort, src_port: int) -> tuple[str, ...]:
-        """Nodes a flow from NIC `src` to NIC `dst` with this source port crosses, hosts included."""
+    def egress(self, switch: str, dest: str, slot: int = 0) -> int | None:
+        """The port the data plane sends a packet of `slot` out by now, towards `dest`: at a decision
+        point the slot's port or, if that port is down, the first live one of its fast-failover
+        order (the slot's port, then the other equal-cost ports in order); elsewhere `port`. None
+        if that port is down (the packet is dropped)."""
+        slots = self._slots.get((switch, dest))
+        if slots is None:
+            first = self.port(switch, dest)
+            return None if (switch, first) in self._down else first
+        first = slots[slot]
+        if (switch, first) not in self._down:
+            return first
+        for port in self.table.ecmp_ports(switch, dest):
+            if (switch, port) not in self._down:
+                return port
+        return None
+
+    def slot_links(self, switch: str, dest: str, slot: int) -> tuple[DirectedLink, ...]:
+        """Directed links the packets of `slot` at `switch` cross now towards `dest` before the next
+        decision point (whose own slot then decides): empty if they are dropped at `switch`."""
+        port = self.egress(switch, dest, slot)
+        return () if port is None else self.table.segment(switch, dest, port)
+
+    def _loop_limit(self) -> int:
+        return len(self.table.fabric.switches) + 2
+
+    def path(self, src: NicPort, dst: NicPort, src_port: int) -> tuple[str, ...] | None:
+        """Nodes a flow from NIC `src` to NIC `dst` with this source port crosses now, hosts
+        included, as the data plane forwards it (`egress` at every switch); None if it is dropped
+        (a dead link on its way)."""
         if src.plane != dst.plane:
             raise RoutingError(f"{src.host} ({src.plane}) and {dst.host} ({dst.plane}) are in different planes")
+        if not self._edges_up(src, dst):
+            return None
         nodes = [src.host, src.switch]
         node = src.switch
-        limit = len(self.table.fabric.switches) + 2
         while node != dst.switch:
-            node = self.table.peer(node, self.port_for(node, dst.switch, src_port))[0]
+            slot = self.entropy.slot(self._tier[node], src_port) if (node, dst.switch) in self._slots else 0
+            port = self.egress(node, dst.switch, slot)
+            if port is None:
+                return None
+            node = self.table.peer(node, port)[0]
             nodes.append(node)
-            if len(nodes) > limit:
+            if len(nodes) > self._loop_limit():
                 raise RoutingError(f"path {src.host} -> {dst.host} (source port {src_port}) loops: {nodes[:8]}...")
         nodes.append(dst.host)
         return tuple(nodes)
+
+    def live_paths(self, src: NicPort, dst: NicPort) -> tuple[tuple[tuple[str, ...], int], ...]:
+        """Every distinct path flows from NIC `src` to NIC `dst` take now (as `path` would give for
+        some source port), each with the smallest source port >= 49152 that takes it, sorted by
+        path. Paths through a dead link are not among them."""
+        if src.plane != dst.plane:
+            raise RoutingError(f"{src.host} ({src.plane}) and {dst.host} ({dst.plane}) are in different planes")
+        if not self._edges_up(src, dst):
+            return ()
+        plan = self.entropy
+        found: dict[tuple[str, ...], int] = {}
+        dest = dst.switch
+
+        def walk(node: str, nodes: tuple[str, ...], allowed: dict[int, tuple[int, ...]]) -> None:
+            if node == dest:
+                found[nodes + (dst.host,)] = plan.src_port_for({t: s[0] for t, s in allowed.items()})
+                return
+            if len(nodes) > self._loop_limit():
+                raise RoutingError(f"paths {src.host} -> {dst.host} loop: {nodes[:8]}...")
+            by_port: dict[int, list[int]] = {}
+            if (node, dest) in self._slots:
+                # a flow keeps its slot at every switch of one tier: a tier met twice is already decided
+                tier = self._tier[node]
+                for slot in allowed.get(tier, range(plan.slots(tier))):
+                    port = self.egress(node, dest, slot)
+                    if port is not None:
+                        by_port.setdefault(port, []).append(slot)
+            else:
+                tier = 0
+                port = self.egress(node, dest)
+                if port is not None:
+                    by_port[port] = []
+            for port, slots in by_port.items():
+                nxt = self.table.peer(node, port)[0]
+                walk(nxt, nodes + (nxt,), {**allowed, tier: tuple(slots)} if slots else allowed)
+
+        walk(src.switch, (src.host, src.switch), {})
+        return tuple(sorted(found.items()))
+
+    def _edges_up(self, src: NicPort, dst: NicPort) -> bool:
+        """Whether both hosts' links to their edge switches are up."""
+        return (src.switch, src.switch_port) not in self._down and (dst.switch, dst.switch_port) not in self._down
 
     # ---- inputs --------------------------------------------------------------------------------
     def on_link_change(self, switch: str, port: int, up: bool, now: float) -> list[SlotMove]:
@@ -232,7 +321,8 @@ class RoutingPolicy:
                 self._alive[(sw, dest)] = tuple(q for q in self.table.ecmp_ports(sw, dest) if q in ports)
                 if (sw, dest) not in changed:
                     changed.append((sw, dest))
-        moves = self.react_to_link((switch, port), up, tuple(sorted(changed)), now)
+        moves = self._keep_pins(self.react_to_link((switch, port), up, tuple(sorted(changed)), now), changed,
+                                "recovery" if up else "failure")
         self._record(now, "recovery" if up else "failure", f"{switch}:{port} {'up' if up else 'down'}", moves,
                      started)
         return moves
@@ -253,7 +343,7 @@ class RoutingPolicy:
                 load.hot = False
             elif not load.hot and util >= cfg.hot_util:
                 load.hot = True
-        moves = self.react_to_loads(slot_rates_bps, now)
+        moves = self._keep_pins(self.react_to_loads(slot_rates_bps, now), (), "congestion")
         if moves:
             hot = ", ".join(f"{s}:{p}" for s, p in self.hot_links())
             self._record(now, "congestion", f"hot {hot}", moves, started)
@@ -264,22 +354,46 @@ class RoutingPolicy:
         self._loads.clear()
 
     def move(self, switch: str, dest: str, slot: int, port: int, now: float) -> SlotMove | None:
-        """An operator puts one slot on a chosen live next hop (e.g. to drain a link)."""
+        """An operator puts one slot on a chosen live next hop (e.g. to drain a link) and pins it
+        there: it stays, through other failures, recoveries and congestion, until `release`d; if
+        the port's paths die, the policy moves it off, and back when they come back."""
         started = time.perf_counter()
-        key = (switch, dest)
-        if key not in self._slots:
-            raise RoutingError(f"{switch} has no ECMP choice towards {dest} under routing {self.name!r}")
-        slots = self._slots[key]
-        if not 0 <= slot < len(slots):
-            raise RoutingError(f"slot {slot} out of range 0..{len(slots) - 1} at {switch}")
+        key = self._slot_key(switch, dest, slot)
         if port not in self._alive.get(key, ()):
             raise RoutingError(f"port {port} of {switch} is not a live next hop towards {dest} "
                                f"(live: {list(self._alive.get(key, ()))})")
-        if slots[slot] == port:
+        self._pins.setdefault(key, {})[slot] = port
+        if self._slots[key][slot] == port:
             return None
         move = self._set_slot(key, slot, port, "manual")
         self._record(now, "manual", "operator", [move], started)
         return move
+
+    def release(self, switch: str, dest: str, slot: int | None, now: float) -> list[SlotMove]:
+        """The operator gives pinned `slot` (None: every pinned slot) at `switch` towards `dest` back
+        to the policy, which places it again (`react_to_release`). Returns the moves."""
+        started = time.perf_counter()
+        key = self._slot_key(switch, dest, 0 if slot is None else slot)
+        pins = self._pins.get(key, {})
+        if slot is not None and slot not in pins:
+            raise RoutingError(f"slot {slot} at {switch} towards {dest} is not pinned (pinned: {sorted(pins)})")
+        released = tuple(sorted(pins)) if slot is None else (slot,)
+        for s in released:
+            del pins[s]
+        if not pins:
+            self._pins.pop(key, None)
+        moves = self._keep_pins(self.react_to_release(key, released, now), (key,), "manual")
+        self._record(now, "manual", "operator release", moves, started)
+        return moves
+
+    def _slot_key(self, switch: str, dest: str, slot: int) -> DecisionPoint:
+        key = (switch, dest)
+        if key not in self._slots:
+            raise RoutingError(f"{switch} has no ECMP choice towards {dest} under routing {self.name!r}")
+        n = len(self._slots[key])
+        if not 0 <= slot < n:
+            raise RoutingError(f"slot {slot} out of range 0..{n - 1} at {switch}")
+        return key
 
     # ---- for subclasses ------------------------------------------------------------------------
     def _set_slot(self, key: DecisionPoint, slot: int, port: int, cause: str) -> SlotMove:
@@ -291,6 +405,25 @@ class RoutingPolicy:
         move = SlotMove(key[0], key[1], slot, slots[slot], port, cause)
         slots[slot] = port
         return move
+
+    def _keep_pins(self, moves: list[SlotMove], keys: Iterable[DecisionPoint], cause: str) -> list[SlotMove]:
+        """Put every pinned slot at `keys` and at the moves' decision points back on its operator's
+        port where that port is alive; then one move per slot, none for a slot that ended where it
+        began."""
+        if not self._pins:
+            return moves
+        for key in sorted(k for k in set(keys) | {(m.switch, m.dest) for m in moves} if k in self._pins):
+            alive = self._alive.get(key, ())
+            for slot, port in self._pins.get(key, {}).items():
+                if self._slots[key][slot] != port and port in alive:
+                    moves.append(self._set_slot(key, slot, port, cause))
+        first: dict[SlotKey, SlotMove] = {}
+        last: dict[SlotKey, SlotMove] = {}
+        for m in moves:
+            first.setdefault((m.switch, m.dest, m.slot), m)
+            last[(m.switch, m.dest, m.slot)] = m
+        return [SlotMove(m.switch, m.dest, m.slot, first[k].old_port, m.new_port, m.cause)
+                for k, m in last.items() if first[k].old_port != m.new_port]
 
     def _port_alive(self, sw: str, dest: str, port: int) -> bool:
         if (sw, port) in self._down:
@@ -313,6 +446,10 @@ class RoutingPolicy:
     def slots(self, switch: str, dest: str) -> tuple[int, ...]:
         """Slot -> port at one decision point."""
         return tuple(self._slots[(switch, dest)])
+
+    def pinned(self, switch: str, dest: str) -> dict[int, int]:
+        """Slot -> port for the slots an operator pinned at one decision point."""
+        return dict(self._pins.get((switch, dest), {}))
 
     def slot_table(self, switch: str) -> dict[str, tuple[int, ...]]:
         """Destination edge switch -> slot -> port, for every decision point of `switch`."""

@@ -8,13 +8,18 @@ hosts are in (a dual-plane host can use either plane).
 
 Indexed for the decisions: `via(switch, dest, port)` is the set of directed links that paths leaving
 `switch` by `port` towards `dest` may cross, and `crossing(link)` inverts it ("which choices send
-traffic over this link" is a lookup).
+traffic over this link" is a lookup). `segment(switch, dest, port)` is the part of those paths that
+is certain: the links from `switch` by `port` up to the next ECMP decision point (a switch with more
+than one equal-cost next hop) or `dest`; beyond it, the next decision point's own choice decides.
+Every link of a path belongs to exactly one segment of it, so a flow measured at each decision point
+it crosses is counted once per link; `segments_through(link)` inverts it.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Iterable, Mapping
 
 from fabric.errors import TopologyError
 from fabric.model import Fabric, NicPort
@@ -41,15 +46,16 @@ class PathTable:
         # (switch, dest switch, port) -> directed links (switch, port) that shortest paths from
         # `switch` leaving by `port` towards `dest` may cross, the first hop included
         self._via: dict[tuple[str, str, int], frozenset[tuple[str, int]]] = {}
+        # (switch, dest switch, port) -> directed links from `switch` by `port` up to the next
+        # decision point or `dest`, in path order
+        self._segment: dict[tuple[str, str, int], tuple[tuple[str, int], ...]] = {}
         for dest in self.edge_switches:
             self._bfs(dest)
             self._via_links(dest)
-        # directed link -> the (switch, dest, port) choices whose paths may cross it
-        crossing: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
-        for key, links in self._via.items():
-            for link in links:
-                crossing.setdefault(link, []).append(key)
-        self._crossing = {k: tuple(sorted(v)) for k, v in crossing.items()}
+            self._segment_links(dest)
+        # directed link -> the (switch, dest, port) choices whose paths may cross it / whose segment holds it
+        self._crossing = _inverse(self._via)
+        self._through = _inverse(self._segment)
 
     def _bfs(self, dest: str) -> None:
         fab = self.fabric
@@ -90,6 +96,20 @@ class PathTable:
                 acc |= via
             reach[s] = frozenset(acc)
 
+    def _segment_links(self, dest: str) -> None:
+        dist = self._dist[dest]
+        tail: dict[str, tuple[tuple[str, int], ...]] = {}  # one-way switch -> its links up to a decision
+        for s in sorted(dist, key=dist.__getitem__):
+            if s == dest:
+                continue
+            ports = self._next[(s, dest)]
+            for port in ports:
+                peer = self.peer(s, port)[0]
+                rest = tail.get(peer, ()) if peer != dest else ()
+                self._segment[(s, dest, port)] = ((s, port),) + rest
+            if len(ports) == 1:
+                tail[s] = self._segment[(s, dest, ports[0])]
+
     def peer(self, node: str, port: int) -> tuple[str, int]:
         """The (node, port) at the other end of `node`'s `port`."""
         end = self.fabric.peer(node, port)
@@ -113,6 +133,15 @@ class PathTable:
     def crossing(self, switch: str, port: int) -> tuple[tuple[str, str, int], ...]:
         """The (switch, dest switch, port) choices whose paths may cross directed link (switch, port)."""
         return self._crossing.get((switch, port), ())
+
+    def segment(self, switch: str, dest_switch: str, port: int) -> tuple[tuple[str, int], ...]:
+        """Directed links a packet leaving `switch` by `port` towards `dest_switch` crosses for sure:
+        up to the next switch with more than one equal-cost next hop, or to `dest_switch`."""
+        return self._segment[(switch, dest_switch, port)]
+
+    def segments_through(self, switch: str, port: int) -> tuple[tuple[str, str, int], ...]:
+        """The (switch, dest switch, port) choices whose `segment` holds directed link (switch, port)."""
+        return self._through.get((switch, port), ())
 
     @cached_property
     def decisions(self) -> tuple[tuple[str, str], ...]:
@@ -172,3 +201,13 @@ class PathTable:
         lo = PairStats(min(s.hops for s in stats), min(s.paths for s in stats))
         hi = PairStats(max(s.hops for s in stats), max(s.paths for s in stats))
         return lo, hi
+
+
+def _inverse(index: Mapping[tuple[str, str, int], Iterable[tuple[str, int]]]
+             ) -> dict[tuple[str, int], tuple[tuple[str, str, int], ...]]:
+    """Directed link -> the choices whose link set holds it, sorted."""
+    out: dict[tuple[str, int], list[tuple[str, str, int]]] = {}
+    for key, links in index.items():
+        for link in links:
+            out.setdefault(link, []).append(key)
+    return {k: tuple(sorted(v)) for k, v in out.items()}
