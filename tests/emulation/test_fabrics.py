@@ -21,10 +21,7 @@ from traffic.ping import ping_all
 pytestmark = pytest.mark.emulation
 
 ROOT = Path(__file__).resolve().parents[2]
-#: every fabric's host NIC is emulated at this rate here (the scale is chosen per fabric): one TCP flow
-#: through three userspace switches at 40 Mbit/s (400G x 0.1) got 31-33 Mbit/s while other processes
-#: ran beside it (measured), at 20 Mbit/s 18.8 of the 19.1 that HTB allows, quiet or busy
-NIC_MBPS = 20.0
+MBPS_PER_GBPS = 0.1
 
 
 def ovs_bridges() -> set[str]:
@@ -71,15 +68,14 @@ def cookie_flows(switch: str) -> tuple[int, int, int]:
 def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
     path = ROOT / "topologies" / f"{topo}.yaml"
     fab = topofile.load(path)
-    # the scale that puts the file's own NIC rate at NIC_MBPS (read from the file, not from the model)
-    mbps_per_gbps = NIC_MBPS / yaml.safe_load(path.read_text())["params"]["nic_rate_gbps"]
-    nic_mbps = NIC_MBPS
+    # the emulated host link rate, from the file's own numbers: NIC Gbit/s x 0.1 Mbit/s per Gbit/s
+    nic_mbps = yaml.safe_load(path.read_text())["params"]["nic_rate_gbps"] * MBPS_PER_GBPS
     netns_before = netns()
     # The controller polls port statistics every 50 ms here instead of 10: this test checks the
     # emulator's shaping (a TCP flow at the emulated NIC rate), and 10 ms polling of every switch costs
     # the 2-core machine ~70% of a core (controller ~38%, ovs-vswitchd ~31%, measured on an idle
     # dual-plane-16), which the single-threaded userspace datapath then lacks on pyramid-16's 5-hop paths
-    with Lab(fab, opts=EmulationOptions(mbps_per_gbps=mbps_per_gbps), controller_args=["--poll-ms", "50"]) as lab:
+    with Lab(fab, opts=EmulationOptions(mbps_per_gbps=MBPS_PER_GBPS), controller_args=["--poll-ms", "50"]) as lab:
         em = lab.emulation
         pids = em.pids + [lab.controller.pid]
         pings = ping_all(em, count=3)
@@ -100,11 +96,17 @@ def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
         wait_until("the controller's edge flows to count every echo request and reply",
                    lambda: sum(cookie_flows(n)[2] for n in edge) >= 2 * 3 * len(expected), 10, 0.2)
 
-        # one TCP flow between hosts on different leaves runs at the emulated NIC rate (+-15%) less
-        # header overhead (iperf3 counts payload: 1448 of every 1514 bytes HTB sends), judged on its steady part: the median of its half-second rates after a 1 s warm-up. The flow
-        # crosses three switches in every fabric (leaf/ToR, spine/aggregation, leaf/ToR): h0 to the
-        # first host of the next edge switch. (Across pyramid-16's pods it would cross five, and the
-        # single-threaded userspace datapath then carried 28-33 of 40 Mbit/s, measured.)
+        # One TCP flow between hosts on different leaves runs at the emulated NIC rate less header
+        # overhead (iperf3 counts payload: 1448 of every 1514 bytes HTB sends), judged on its steady
+        # part: the median of its half-second rates after a 1 s warm-up. It crosses three switches in
+        # every fabric (leaf/ToR, spine/aggregation, leaf/ToR): h0 to the first host of the next edge
+        # switch. Never above the rate (+5%: the shaper works); below it, the platform costs some: on
+        # leaf-spine-16 and pyramid-16 every link of that path runs at the NIC rate, so a stall of the
+        # userspace datapath leaves the links after it idle for good (they cannot run faster to catch up).
+        # With another process running, a flow got 31.3-33.1 of 38.3 Mbit/s there (0.82-0.86), against
+        # 37.5 on a quiet machine and 18.8 of 19.1 on dual-plane-16, whose uplinks run at twice the NIC
+        # rate; the floor of 0.75 still fails a shaper that is off, or a rate scaled wrong by a factor of
+        # 4/3 or more. (Across pyramid-16's pods a flow would cross five switches: 28-33 Mbit/s.)
         src = fab.hosts[0].name
         dst = next(h.name for h in fab.hosts
                    if {n.switch for n in fab.nics_of[h.name]}.isdisjoint(n.switch for n in fab.nics_of[src]))
@@ -115,7 +117,7 @@ def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
             print(f"{topo} plane {plane.name}: steady {mbps:.1f} Mbit/s (whole run {res.mbps:.1f}) vs {goodput:.1f}")
             from tests.emulation.test_multipath import record_figures
             record_figures(f"iperf {topo} {plane.name}", steady_mbps=round(mbps, 2), nic_mbps=nic_mbps)
-            assert abs(mbps - goodput) <= 0.15 * goodput, f"{plane.name}: {mbps:.1f} vs {goodput:.1f} Mbit/s"
+            assert 0.75 * goodput <= mbps <= 1.05 * goodput, f"{plane.name}: {mbps:.1f} vs {goodput:.1f} Mbit/s"
     assert_nothing_left(fab, pids, netns_before)
 
 
