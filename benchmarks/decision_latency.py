@@ -17,6 +17,9 @@ it times:
   destination edge switch whose shortest paths crossed the link (known to it for free: taken from our
   path table, untimed), the shortest-path next hops of every switch (one BFS per destination);
 - networkx, full: the same for every destination of the plane (a controller without any index).
+Before timing, the controller prepares every single-link failure from the all-up state, as the
+controller process does at start (`ControllerCore.precompute_failures`; its time and memory are
+printed); `--no-precompute` leaves the memo cold, so each link's first failure is computed.
 The baselines build no messages: compare them with "decision". Every row is printed, including those
 where a baseline is faster. Percentiles are over all samples (>= 2000 by default).
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import time
 from dataclasses import dataclass, field
@@ -96,10 +100,20 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return (time.perf_counter() - t) * 1e6, out
 
 
-def measure(fab: Fabric, samples: int, seed: int) -> tuple[Figures, dict[str, Any]]:
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def measure(fab: Fabric, samples: int, seed: int, precompute: bool = True) -> tuple[Figures, dict[str, Any]]:
     t0 = time.perf_counter()
     core = ControllerCore(fab, "adaptive", rate_scale=1.0)
     setup_s = time.perf_counter() - t0
+    rss0 = rss_bytes()
+    t0 = time.perf_counter()
+    prepared = core.precompute_failures() if precompute else 0
+    precompute_s = time.perf_counter() - t0
+    precompute_mb = (rss_bytes() - rss0) / 2**20
     base = Baseline(fab)
     tune_gc()  # as the controller process does
     table = core.table
@@ -134,7 +148,8 @@ def measure(fab: Fabric, samples: int, seed: int) -> tuple[Figures, dict[str, An
                     out[row].append(timed(lambda: base.fail(plane, sw, peer, base.edge_switches[plane]))[0])
     meta = {"hosts": len(fab.hosts), "switches": len(fab.switches), "links": len(uplinks),
             "decision_points": len(core.policy.decision_points()), "path_tables_s": round(setup_s, 3),
-            "samples": samples}
+            "precomputed_failures": prepared, "precompute_s": round(precompute_s, 3),
+            "precompute_mb": round(precompute_mb, 1), "samples": samples}
     gc.collect()
     return figs, meta
 
@@ -146,6 +161,8 @@ def pct(xs: list[float], q: float) -> float:
 def report(name: str, figs: Figures, meta: dict[str, Any]) -> dict[str, Any]:
     print(f"\n{name}: {meta['hosts']} hosts, {meta['switches']} switches, {meta['links']} switch links, "
           f"{meta['decision_points']} decision points; path tables {meta['path_tables_s']:.2f} s; "
+          f"{meta['precomputed_failures']} failures precomputed in {meta['precompute_s']:.2f} s, "
+          f"+{meta['precompute_mb']:.0f} MB RSS; "
           f"{meta['samples']} samples per figure; {np.mean(figs.messages):.0f} OpenFlow messages per failure")
     print(f"  {'':<44}{'warm p50':>10}{'warm p99':>10}{'cold p50':>10}{'cold p99':>10}   (us)")
     rows: dict[str, Any] = {}
@@ -174,10 +191,11 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=2000, help="samples per figure (default 2000)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write every figure to this file")
+    ap.add_argument("--no-precompute", action="store_true", help="leave the link memo cold")
     args = ap.parse_args()
     results = {}
     for name in args.topology or DEFAULT_TOPOLOGIES:
-        figs, meta = measure(load(name), args.samples, args.seed)
+        figs, meta = measure(load(name), args.samples, args.seed, precompute=not args.no_precompute)
         results[name] = report(name, figs, meta)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
