@@ -335,12 +335,14 @@ class ControllerCore:
             self._changes_of[id(moves)] = (moves, changes)  # type: ignore[assignment]
         return changes
 
-    def precompute_failures(self, budget_s: float | None = None) -> int:
+    def precompute_failures(self, links: Iterable[tuple[str, int]] | None = None,
+                            budget_s: float | None = None) -> int:
         """Warm the policy's link memo and the messages' intents with every single switch-to-switch
-        link failure from the current state (`RoutingPolicy.precompute_failures`), so that those
-        decisions are lookups. Returns how many were prepared (fewer if `budget_s` ran out)."""
+        link failure (or those of `links`) from the current state
+        (`RoutingPolicy.precompute_failures`), so that those decisions are lookups. Returns how
+        many were prepared (fewer if `budget_s` ran out)."""
         n = 0
-        for moves in self.policy.precompute_failures(budget_s=budget_s):
+        for moves in self.policy.precompute_failures(links, budget_s):
             self._changes(moves)
             n += 1
         return n
