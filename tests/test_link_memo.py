@@ -140,8 +140,8 @@ def test_random_walks_of_failures_moves_and_congestion_match_the_reference(topo)
             sw, dest = rng.choice(points)
             slots = fast.policy.slots(sw, dest)
             port = slots[0]
-            rates = {(sw, dest, s): 0.3e9 for s, p in enumerate(slots) if p == port}
             cap = fast.policy.capacity_bps((sw, port))
+            rates = {(sw, dest, s): 0.3 * cap for s, p in enumerate(slots) if p == port}
             for core in (fast, ref):
                 core.last_slot_rates_bps.clear()
                 core.last_slot_rates_bps.update(rates)
@@ -149,7 +149,7 @@ def test_random_walks_of_failures_moves_and_congestion_match_the_reference(topo)
             same_after(fast, ref, lambda c: c.on_loads({(sw, port): cap}, now), keys)
     assert event_log(fast) == event_log(ref)
     causes = {e.cause for e in ref.policy.events()}
-    assert {"failure", "recovery", "manual"} <= causes, causes
+    assert {"failure", "recovery", "manual", "congestion"} <= causes, causes
     assert 0 < len(recomputed) < n_events  # some events were lookups, some recomputed
 
 
@@ -165,3 +165,25 @@ def test_a_policy_with_its_own_reaction_is_never_memoised():
         link_memo = True
 
     assert not OwnRemap.link_memo and Declared.link_memo
+
+
+def test_a_recovery_that_does_not_restore_the_state_before_the_failure_is_not_taken_for_it():
+    # dual-plane-16: leafA0 reaches leafA3 by port 1 (spineA0) and port 2 (spineA1). A congestion
+    # move takes one of slots 0 and 2 off port 1; spineA0's link to leafA3 fails and recovers,
+    # which puts every slot back on its all-up port (not where congestion had it); the failure
+    # again must start from there, not from the memo of the first failure.
+    fab = topofile.load("dual-plane-16")
+    fast, ref = pair(fab, "adaptive")
+    keys = list(fast.policy._alive)
+    for core in (fast, ref):
+        cap = core.policy.capacity_bps(("leafA0", 1))
+        core.last_slot_rates_bps.update({("leafA0", "leafA3", s): 0.3 * cap for s in (0, 2)})
+    same_after(fast, ref, lambda c: c.on_loads({("leafA0", 1): cap}, 1.0), keys)
+    assert fast.policy.slots("leafA0", "leafA3") != fast.policy.base_slots("leafA0", "leafA3")
+    recomputed = count_recomputes(fast)
+    for now in (2.0, 4.0):
+        same_after(fast, ref, link_event("spineA0", 4, False, now), keys)
+        same_after(fast, ref, link_event("spineA0", 4, True, now + 1), keys)
+    assert fast.policy.slots("leafA0", "leafA3") == fast.policy.base_slots("leafA0", "leafA3")
+    assert event_log(fast) == event_log(ref)
+    assert len(recomputed) == 3  # the second recovery, from the same state as the first, is a lookup

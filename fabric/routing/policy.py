@@ -30,6 +30,7 @@ as long as the port's paths are dead; the recovery brings it back), until the op
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import random
 import time
@@ -120,9 +121,14 @@ def _slots_getter(keys: tuple[DecisionPoint, ...]) -> Callable[[dict[DecisionPoi
 class _LinkOutcome:
     """A memoised link event (see `RoutingPolicy._link_transition`)."""
 
+    node_before: int  # the identity of the whole state it was computed from ...
+    node_after: int  # ... and of the state it led to
     down_mask: int  # the down links before (the key holds only their hash)
+    mask_after: int  # and after
     changed: tuple[DecisionPoint, ...]  # (switch, dest) pairs whose live ports changed, in update order
-    alive: tuple[tuple[int, ...], ...]  # their live ports after
+    alive_before: tuple[tuple[int, ...], ...]  # their live ports before
+    alive: tuple[tuple[int, ...], ...]  # and after
+    decided: tuple[DecisionPoint, ...]  # those of them with a slot table
     slots_of: Callable[[dict[DecisionPoint, tuple[int, ...]]], Any]  # the slot maps of those with a table
     before: Any  # what `slots_of` gave before: the event's outcome holds for these slot maps only
     moved: tuple[DecisionPoint, ...]  # decision points whose slots moved
@@ -165,14 +171,14 @@ class RoutingPolicy:
         self._tier = {s.name: ROLE_TIER[s.role] for s in fab.switches}
         self._edge_index = {d: i for i, d in enumerate(table.edge_switches)}
         self._down: set[DirectedLink] = set()
-        self._down_mask = 0  # the same set, one bit per directed link (`_link_bit`): a cheap memo key
-        # (switch, dest) -> equal-cost next-hop ports currently usable
-        self._alive: dict[DecisionPoint, tuple[int, ...]] = {}
+        self._mask = 0  # the same set, one bit per directed link (`_link_bit`); read it as `_down_mask`
+        # (switch, dest) -> equal-cost next-hop ports currently usable; read it as `_alive`
+        self._live: dict[DecisionPoint, tuple[int, ...]] = {}
         for dest in table.edge_switches:
             for switch in fab.switches_in(fab.switch_by_name[dest].plane):
                 ports = table.ecmp_ports(switch.name, dest)
                 if ports:
-                    self._alive[(switch.name, dest)] = ports
+                    self._live[(switch.name, dest)] = ports
         # decision point -> slot -> port; `_base` is the all-links-up mapping
         # (slot maps are tuples, replaced on change, and equal maps are one object: memo keys and
         # memoised results share them)
@@ -184,7 +190,7 @@ class RoutingPolicy:
                 n = self.entropy.slots(self._tier[sw])
                 base = tuple(self.initial_port(sw, dest, s, ports) for s in range(n))
                 self._base[(sw, dest)] = same.setdefault(base, base)
-        self._slots: dict[DecisionPoint, tuple[int, ...]] = dict(self._base)
+        self._slot_maps: dict[DecisionPoint, tuple[int, ...]] = dict(self._base)  # read it as `_slots`
         # decision point -> slot -> the port an operator put it on (kept until released)
         self._pins: dict[DecisionPoint, dict[int, int]] = {}
         self._loads: dict[DirectedLink, _Load] = {}
@@ -205,13 +211,58 @@ class RoutingPolicy:
         # may cross either, nearest the destination first (filled on first use)
         self._ends: dict[DirectedLink, tuple[tuple[DirectedLink, ...], int]] = {}
         self._crossing_order: dict[DirectedLink, tuple[tuple[DecisionPoint, str, str, int], ...]] = {}
-        self._same_key = {k: k for k in self._alive}  # one key object per (switch, dest): memo entries share them
+        self._same_key = {k: k for k in self._live}  # one key object per (switch, dest): memo entries share them
         # (link, up, down mask before) -> (decision points whose liveness changed, their slot maps
         # before, their live ports after, the decision points moved, their slot maps after, moves)
         self._memo: dict[tuple[str, int, bool, int], _LinkOutcome] = {}
         self._same_alive: dict[tuple[int, ...], tuple[int, ...]] = {}  # one object per set of live ports
         # (equal-cost ports, live ones, a port) -> the live ones with that port toggled
         self._toggled: dict[tuple[tuple[int, ...], tuple[int, ...], int], tuple[int, ...]] = {}
+        # Identities of whole states (down links, live ports, slot maps, pins): a memoised event met
+        # again in the very state it was computed from needs no check, and its result is applied
+        # lazily (`_pending`, applied by `_flush` before anything reads the state; dropped when the
+        # events lead back to the state the tables hold, as a failure and its recovery do).
+        self._node_ids = itertools.count(1)
+        self._node = 0  # the state now
+        self._materialized = 0  # the state the tables hold
+        self._pending: list[_LinkOutcome] = []
+        self._last: _LinkOutcome | None = None  # the memoised event that led to the state now
+        self._alive_before: tuple[tuple[int, ...], ...] = ()  # `_update_liveness`'s, for the memo
+
+    # ---- the state, as every method but the memo's fast path reads it -------------------------
+    @property
+    def _slots(self) -> dict[DecisionPoint, tuple[int, ...]]:
+        if self._pending:
+            self._flush()
+        return self._slot_maps
+
+    @property
+    def _alive(self) -> dict[DecisionPoint, tuple[int, ...]]:
+        if self._pending:
+            self._flush()
+        return self._live
+
+    @property
+    def _down_mask(self) -> int:
+        if self._pending:
+            self._flush()
+        return self._mask
+
+    def _flush(self) -> None:
+        """Apply the memoised events not yet applied to the tables."""
+        for e in self._pending:
+            self._live.update(zip(e.changed, e.alive))
+            self._slot_maps.update(zip(e.moved, e.after))
+        if self._pending:
+            self._mask = self._pending[-1].mask_after
+            self._pending.clear()
+        self._materialized = self._node
+
+    def _new_state(self) -> None:
+        """The state changed other than by a memoised link event: a new identity."""
+        self._flush()
+        self._node = self._materialized = next(self._node_ids)
+        self._last = None
 
     # ---- hooks for subclasses ------------------------------------------------------------------
     def initial_port(self, switch: str, dest: str, slot: int, ports: tuple[int, ...]) -> int:
@@ -366,7 +417,8 @@ class RoutingPolicy:
         """A port went down or came up (both directions of its link change). Returns slot moves."""
         started = time.perf_counter()
         ends, mask = self._link_ends(switch, port)
-        if (self._down_mask & mask == 0) if up else (self._down_mask & mask == mask):
+        down = self._down
+        if not any((e in down) == up for e in ends):
             return ()
         moves = self._link_transition(switch, port, ends, mask, up, now)[1]
         if moves:
@@ -391,16 +443,28 @@ class RoutingPolicy:
         """Liveness and the reaction to a link event: the decision points whose liveness changed and
         the moves. From the memo where the event was seen before with the same slot maps there."""
         memo_key = (switch, port, up, self._down_hash)
-        slots = self._slots
         if self.link_memo:
             hit = self._memo.get(memo_key)
-            if hit is not None and hit.down_mask == self._down_mask and hit.slots_of(slots) == hit.before and \
+            if hit is not None and hit.node_before == self._node:
+                # the very state it was computed from: no check, and applied when someone looks
+                self._set_down(ends, mask, up, lazy=True)
+                self._node = hit.node_after
+                self._last = hit
+                if self._node == self._materialized:
+                    self._pending.clear()  # back where the tables are
+                else:
+                    self._pending.append(hit)
+                return hit.changed, hit.moves
+            slots = self._slots  # (applies what is pending)
+            if hit is not None and hit.down_mask == self._mask and hit.slots_of(slots) == hit.before and \
                     (not self._pins or self._pins.keys().isdisjoint(hit.changed)):
                 self._set_down(ends, mask, up)
-                self._alive.update(zip(hit.changed, hit.alive))
+                self._live.update(zip(hit.changed, hit.alive))
                 slots.update(zip(hit.moved, hit.after))
+                self._new_state()
                 return hit.changed, hit.moves
-        down_mask = self._down_mask
+        slots = self._slots
+        node_before, down_mask = self._node, self._mask
         changed = self._update_liveness(switch, port, ends, mask, up)
         decided = tuple(k for k in changed if k in slots)
         slots_of = _slots_getter(decided)
@@ -408,24 +472,43 @@ class RoutingPolicy:
         cause = "recovery" if up else "failure"
         moves = tuple(self._keep_pins(self.react_to_link((switch, port), up, tuple(sorted(changed)), now),
                                       changed, cause))
+        last = self._last
+        self._new_state()
         if self.link_memo and (not self._pins or self._pins.keys().isdisjoint(changed)):
             moved_set = {(m.switch, m.dest) for m in moves}
             moved = tuple(k for k in decided if k in moved_set)
             if len(moved) == len(moved_set):  # else the outcome read slots the key does not hold
+                if last is not None and last.node_after == node_before and self._undoes(last, changed, moved):
+                    self._node = self._materialized = last.node_before
                 if len(self._memo) >= LINK_MEMO_ENTRIES:
                     del self._memo[next(iter(self._memo))]
-                self._memo[memo_key] = _LinkOutcome(down_mask, changed, tuple(self._alive[k] for k in changed), slots_of,
-                                                    before, moved, tuple(slots[k] for k in moved), moves)
+                entry = self._memo[memo_key] = _LinkOutcome(
+                    node_before, self._node, down_mask, self._mask, changed, self._alive_before,
+                    tuple(self._live[k] for k in changed), decided, slots_of, before, moved,
+                    tuple(slots[k] for k in moved), moves)
+                self._last = entry
         return changed, moves
 
-    def _set_down(self, ends: tuple[DirectedLink, ...], mask: int, up: bool) -> None:
-        """Mark both ends of a link down or up (in the set, the mask and the mask's hash)."""
+    def _undoes(self, last: _LinkOutcome, changed: tuple[DecisionPoint, ...], moved: tuple[DecisionPoint, ...]) -> bool:
+        """Whether the event just computed (changing live ports at `changed` and slots at `moved`)
+        took the state back to where the memoised event `last`, which led to the state before it,
+        started: then that state's identity is the one to keep (a failure, then its recovery)."""
+        return (self._mask == last.down_mask and set(changed) <= set(last.changed)
+                and set(moved) <= set(last.decided)
+                and tuple(self._live[k] for k in last.changed) == last.alive_before
+                and last.slots_of(self._slot_maps) == last.before)
+
+    def _set_down(self, ends: tuple[DirectedLink, ...], mask: int, up: bool, lazy: bool = False) -> None:
+        """Mark both ends of a link down or up (in the set, the mask's hash and, unless `lazy`
+        (a memoised event brings it along), the mask)."""
         if up:
             self._down.difference_update(ends)
-            self._down_mask &= ~mask
+            if not lazy:
+                self._mask &= ~mask
         else:
             self._down.update(ends)
-            self._down_mask |= mask
+            if not lazy:
+                self._mask |= mask
         self._down_hash ^= self._ends_hash[mask]
 
     def _update_liveness(self, switch: str, port: int, ends: tuple[DirectedLink, ...], mask: int,
@@ -445,6 +528,7 @@ class RoutingPolicy:
             order = self._crossing_order[(switch, port)] = tuple(
                 (same[(sw, dest)], sw, dest, p) for sw, dest, p in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)))
         changed: dict[DecisionPoint, None] = {}
+        before: list[tuple[int, ...]] = []
         for key, sw, dest, p in order:
             alive = self._alive[key]
             if self._port_alive(sw, dest, p) != (p in alive):
@@ -455,7 +539,10 @@ class RoutingPolicy:
                     now_alive = tuple(q for q in every if q in ports)
                     toggled = self._toggled[(every, alive, p)] = self._same_alive.setdefault(now_alive, now_alive)
                 self._alive[key] = toggled
-                changed[key] = None
+                if key not in changed:
+                    changed[key] = None
+                    before.append(alive)
+        self._alive_before = tuple(before)
         return tuple(changed)
 
     def precompute_failures(self, links: Iterable[DirectedLink] | None = None,
@@ -472,6 +559,7 @@ class RoutingPolicy:
             (l.a.node, l.a.port) for l in fab.links if l.a.node in fab.switch_by_name and l.b.node in fab.switch_by_name]
         alive = dict(self._alive)
         slots = dict(self._slots)
+        node = self._node
         for switch, port in todo:
             if deadline is not None and time.perf_counter() > deadline:
                 return
@@ -479,11 +567,14 @@ class RoutingPolicy:
             if self._down_mask & mask:
                 continue
             changed, moves = self._link_transition(switch, port, ends, mask, False, 0.0)
+            self._flush()
             self._set_down(ends, mask, True)
             for k in changed:
-                self._alive[k] = alive[k]
+                self._live[k] = alive[k]
             for k in {*changed, *((m.switch, m.dest) for m in moves)} & slots.keys():
-                self._slots[k] = slots[k]
+                self._slot_maps[k] = slots[k]
+            self._node = self._materialized = node  # exactly the state it was
+            self._last = None
             yield moves
 
     def on_loads(self, port_rates_bps: dict[DirectedLink, float], slot_rates_bps: dict[SlotKey, float],
@@ -504,6 +595,7 @@ class RoutingPolicy:
                 load.hot = True
         moves = self._keep_pins(self.react_to_loads(slot_rates_bps, now), (), "congestion")
         if moves:
+            self._new_state()
             hot = ", ".join(f"{s}:{p}" for s, p in self.hot_links())
             self._record(now, "congestion", f"hot {hot}", moves, started)
         return moves
@@ -522,6 +614,7 @@ class RoutingPolicy:
             raise RoutingError(f"port {port} of {switch} is not a live next hop towards {dest} "
                                f"(live: {list(self._alive.get(key, ()))})")
         self._pins.setdefault(key, {})[slot] = port
+        self._new_state()
         if self._slots[key][slot] == port:
             return None
         move = self._set_slot(key, slot, port, "manual")
@@ -542,6 +635,7 @@ class RoutingPolicy:
         if not pins:
             self._pins.pop(key, None)
         moves = self._keep_pins(self.react_to_release(key, released, now), (key,), "manual")
+        self._new_state()
         self._record(now, "manual", "operator release", moves, started)
         return moves
 
