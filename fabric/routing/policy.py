@@ -44,6 +44,7 @@ from fabric.routing.entropy import EntropyPlan, plan_entropy
 from fabric.routing.tables import PathTable
 
 DirectedLink = tuple[str, int]  # (switch, egress port)
+_Ends = tuple[tuple[DirectedLink, ...], int, int]  # a link's directed links, their bits, their Zobrist number
 DecisionPoint = tuple[str, str]  # (switch, destination edge switch)
 SlotKey = tuple[str, str, int]  # (switch, destination edge switch, slot)
 
@@ -205,11 +206,11 @@ class RoutingPolicy:
         # hashing): a memo key that costs nothing to hash, where the mask (thousands of bits) does
         rng = random.Random(0)
         self._link_hash = {link: rng.getrandbits(64) for link in sorted(self._capacity_bps)}
-        self._ends_hash: dict[int, int] = {}  # both ends' mask -> xor of their numbers
         self._down_hash = 0
-        # directed link -> both ends (one for a host link), their bits, and the choices whose paths
-        # may cross either, nearest the destination first (filled on first use)
-        self._ends: dict[DirectedLink, tuple[tuple[DirectedLink, ...], int]] = {}
+        # directed link -> both ends (one for a host link), their bits and the xor of their numbers;
+        # and the choices whose paths may cross either, nearest the destination first (both filled
+        # on first use)
+        self._ends: dict[DirectedLink, _Ends] = {}
         self._crossing_order: dict[DirectedLink, tuple[tuple[DecisionPoint, str, str, int], ...]] = {}
         self._same_key = {k: k for k in self._live}  # one key object per (switch, dest): memo entries share them
         # (link, up, down mask before) -> (decision points whose liveness changed, their slot maps
@@ -416,29 +417,30 @@ class RoutingPolicy:
     def on_link_change(self, switch: str, port: int, up: bool, now: float) -> tuple[SlotMove, ...]:
         """A port went down or came up (both directions of its link change). Returns slot moves."""
         started = time.perf_counter()
-        ends, mask = self._link_ends(switch, port)
+        link = self._link_ends(switch, port)
         down = self._down
-        if not any((e in down) == up for e in ends):
+        if not any((e in down) == up for e in link[0]):
             return ()
-        moves = self._link_transition(switch, port, ends, mask, up, now)[1]
+        moves = self._link_transition(switch, port, link, up, now)[1]
         if moves:
             self._record(now, "recovery" if up else "failure", f"{switch}:{port} {'up' if up else 'down'}", moves,
                          started)
         return moves
 
-    def _link_ends(self, switch: str, port: int) -> tuple[tuple[DirectedLink, ...], int]:
-        """Both directed links of the link at `switch`'s `port` (one for a host link) and their bits."""
+    def _link_ends(self, switch: str, port: int) -> _Ends:
+        """Both directed links of the link at `switch`'s `port` (one for a host link), their bits
+        and the xor of their numbers."""
         got = self._ends.get((switch, port))
         if got is None:
             if (switch, port) not in self._capacity_bps:
                 raise RoutingError(f"{switch} port {port} is not a switch port of fabric {self.table.fabric.name!r}")
             peer = self.table.peer(switch, port)
             ends = ((switch, port), peer) if peer[0] in self.table.fabric.switch_by_name else ((switch, port),)
-            got = self._ends[(switch, port)] = (ends, sum(self._link_bit[e] for e in ends))
-            self._ends_hash[got[1]] = functools.reduce(operator.xor, (self._link_hash[e] for e in ends))
+            got = self._ends[(switch, port)] = (ends, sum(self._link_bit[e] for e in ends),
+                                                functools.reduce(operator.xor, (self._link_hash[e] for e in ends)))
         return got
 
-    def _link_transition(self, switch: str, port: int, ends: tuple[DirectedLink, ...], mask: int, up: bool,
+    def _link_transition(self, switch: str, port: int, link: _Ends, up: bool,
                          now: float) -> tuple[tuple[DecisionPoint, ...], tuple[SlotMove, ...]]:
         """Liveness and the reaction to a link event: the decision points whose liveness changed and
         the moves. From the memo where the event was seen before with the same slot maps there."""
@@ -447,7 +449,7 @@ class RoutingPolicy:
             hit = self._memo.get(memo_key)
             if hit is not None and hit.node_before == self._node:
                 # the very state it was computed from: no check, and applied when someone looks
-                self._set_down(ends, mask, up, lazy=True)
+                self._set_down(link, up, lazy=True)
                 self._node = hit.node_after
                 self._last = hit
                 if self._node == self._materialized:
@@ -458,14 +460,14 @@ class RoutingPolicy:
             slots = self._slots  # (applies what is pending)
             if hit is not None and hit.down_mask == self._mask and hit.slots_of(slots) == hit.before and \
                     (not self._pins or self._pins.keys().isdisjoint(hit.changed)):
-                self._set_down(ends, mask, up)
+                self._set_down(link, up)
                 self._live.update(zip(hit.changed, hit.alive))
                 slots.update(zip(hit.moved, hit.after))
                 self._new_state()
                 return hit.changed, hit.moves
         slots = self._slots
         node_before, down_mask = self._node, self._mask
-        changed = self._update_liveness(switch, port, ends, mask, up)
+        changed = self._update_liveness(switch, port, link, up)
         decided = tuple(k for k in changed if k in slots)
         slots_of = _slots_getter(decided)
         before = slots_of(slots)
@@ -498,9 +500,10 @@ class RoutingPolicy:
                 and tuple(self._live[k] for k in last.changed) == last.alive_before
                 and last.slots_of(self._slot_maps) == last.before)
 
-    def _set_down(self, ends: tuple[DirectedLink, ...], mask: int, up: bool, lazy: bool = False) -> None:
+    def _set_down(self, link: _Ends, up: bool, lazy: bool = False) -> None:
         """Mark both ends of a link down or up (in the set, the mask's hash and, unless `lazy`
         (a memoised event brings it along), the mask)."""
+        ends, mask, zobrist = link
         if up:
             self._down.difference_update(ends)
             if not lazy:
@@ -509,20 +512,19 @@ class RoutingPolicy:
             self._down.update(ends)
             if not lazy:
                 self._mask |= mask
-        self._down_hash ^= self._ends_hash[mask]
+        self._down_hash ^= zobrist
 
-    def _update_liveness(self, switch: str, port: int, ends: tuple[DirectedLink, ...], mask: int,
-                         up: bool) -> tuple[DecisionPoint, ...]:
+    def _update_liveness(self, switch: str, port: int, link: _Ends, up: bool) -> tuple[DecisionPoint, ...]:
         """Mark the link's ends down or up and update the live ports of every choice whose paths
         may cross it. Returns the decision points whose set of live ports changed."""
-        self._set_down(ends, mask, up)
+        self._set_down(link, up)
         # Every choice whose paths may cross the link, nearest the destination first, so that a
         # switch sees its downstream neighbours' new liveness. Liveness also changes upstream of a
         # switch that lost all its ports: those choices are in `crossing` too (their `via` holds the
         # link), so one pass suffices.
         order = self._crossing_order.get((switch, port))
         if order is None:
-            keys = {k for e in ends for k in self.table.crossing(*e)}
+            keys = {k for e in link[0] for k in self.table.crossing(*e)}
             dist = self.table.switch_hops
             same = self._same_key
             order = self._crossing_order[(switch, port)] = tuple(
@@ -563,12 +565,12 @@ class RoutingPolicy:
         for switch, port in todo:
             if deadline is not None and time.perf_counter() > deadline:
                 return
-            ends, mask = self._link_ends(switch, port)
-            if self._down_mask & mask:
+            link = self._link_ends(switch, port)
+            if self._down_mask & link[1]:
                 continue
-            changed, moves = self._link_transition(switch, port, ends, mask, False, 0.0)
+            changed, moves = self._link_transition(switch, port, link, False, 0.0)
             self._flush()
-            self._set_down(ends, mask, True)
+            self._set_down(link, True)
             for k in changed:
                 self._live[k] = alive[k]
             for k in {*changed, *((m.switch, m.dest) for m in moves)} & slots.keys():
