@@ -200,7 +200,11 @@ class RoutingPolicy:
             for end in (link.a, link.b):
                 if end.node in fab.switch_by_name:
                     self._capacity_bps[(end.node, end.port)] = link.rate_gbps * 1e9 * capacity_scale
-        self._events: deque[RouteEvent] = deque(maxlen=event_log_size)
+        # the event log, one plain record per event (`RouteEvent`s are made when asked for, so the
+        # decision itself makes no object but this tuple): (time, cause, trigger, moves, decision
+        # time); a link event's trigger is kept as (switch, port, up) and worded when asked for
+        self._events: deque[tuple[float, str, str | tuple[str, int, bool], tuple[SlotMove, ...], float]] = \
+            deque(maxlen=event_log_size)
         self._link_bit = {link: 1 << i for i, link in enumerate(sorted(self._capacity_bps))}
         # the down set is also kept as the xor of a random 64-bit number per down link (Zobrist
         # hashing): a memo key that costs nothing to hash, where the mask (thousands of bits) does
@@ -423,8 +427,8 @@ class RoutingPolicy:
             return ()
         moves = self._link_transition(switch, port, link, up, now)[1]
         if moves:
-            self._record(now, "recovery" if up else "failure", f"{switch}:{port} {'up' if up else 'down'}", moves,
-                         started)
+            self._events.append((now, "recovery" if up else "failure", (switch, port, up), moves,
+                                 (time.perf_counter() - started) * 1e6))
         return moves
 
     def _link_ends(self, switch: str, port: int) -> _Ends:
@@ -688,8 +692,7 @@ class RoutingPolicy:
 
     def _record(self, now: float, cause: str, trigger: str, moves: Iterable[SlotMove], started: float) -> None:
         if moves:
-            took_us = (time.perf_counter() - started) * 1e6
-            self._events.append(RouteEvent(now, cause, trigger, tuple(moves), took_us))
+            self._events.append((now, cause, trigger, tuple(moves), (time.perf_counter() - started) * 1e6))
 
     # ---- read-only snapshots -------------------------------------------------------------------
     def decision_points(self) -> tuple[DecisionPoint, ...]:
@@ -748,13 +751,17 @@ class RoutingPolicy:
 
     def events(self, limit: int | None = None) -> tuple[RouteEvent, ...]:
         evs = tuple(self._events)
-        return evs if limit is None else evs[-limit:] if limit > 0 else ()
+        if limit is not None:
+            evs = evs[-limit:] if limit > 0 else ()
+        return tuple(RouteEvent(now, cause, trigger if isinstance(trigger, str) else
+                                f"{trigger[0]}:{trigger[1]} {'up' if trigger[2] else 'down'}", moves, took_us)
+                     for now, cause, trigger, moves, took_us in evs)
 
     def reroutes(self) -> dict[str, int]:
         """Slot moves by cause, over the events still in the log."""
         out = {c: 0 for c in CAUSES}
         for e in self._events:
-            for m in e.moves:
+            for m in e[3]:
                 out[m.cause] += 1
         return out
 
