@@ -16,7 +16,9 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
   towards that destination (ICMP, ARP) follows slot 0.
 
 Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to table-1 flows
-(`modify`, which keeps the flow's counters and loses no packet). The core owns the counters and the
+(`modify`, which keeps the flow's counters and loses no packet). A link event the policy answers
+from its memo returns the same tuple of moves each time, and its changes are built once for it
+(`precompute_failures` prepares every single link failure at start). The core owns the counters and the
 rates computed from them (bits per second), which it hands to the policy; decisions, link states
 and the event log are the policy's.
 """
