@@ -360,10 +360,10 @@ class ControllerCore:
     def on_port_status(self, dpid: int, port: int, up: bool, now: float) -> list[Changes]:
         """A port's config or link state changed. Returns the changes for every switch affected."""
         started = time.perf_counter()
-        name = self.switch_name(dpid)
-        if name is None or not self.policy.has_link((name, port)):
+        sw = self.fabric.switch_by_dpid.get(dpid)
+        if sw is None or not self.policy.has_link((sw.name, port)):
             return []
-        return self._apply(self.policy.on_link_change(name, port, up, now), started)
+        return self._apply(self.policy.on_link_change(sw.name, port, up, now), started)
 
     def on_port_counters(self, dpid: int, counters: dict[int, tuple[int, int, float]]) -> dict[tuple[str, int], float]:
         """Fold one switch's port counters in: port -> (tx bytes, rx bytes, the switch's own port

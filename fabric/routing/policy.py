@@ -421,10 +421,10 @@ class RoutingPolicy:
     def on_link_change(self, switch: str, port: int, up: bool, now: float) -> tuple[SlotMove, ...]:
         """A port went down or came up (both directions of its link change). Returns slot moves."""
         started = time.perf_counter()
-        link = self._link_ends(switch, port)
-        down = self._down
-        if not any((e in down) == up for e in link[0]):
-            return ()
+        link = self._ends.get((switch, port)) or self._link_ends(switch, port)
+        ends, down = link[0], self._down
+        if (ends[0] in down) != up and (len(ends) == 1 or (ends[1] in down) != up):
+            return ()  # already so at both ends
         moves = self._link_transition(switch, port, link, up, now)[1]
         if moves:
             self._events.append((now, "recovery" if up else "failure", (switch, port, up), moves,
@@ -453,7 +453,9 @@ class RoutingPolicy:
             hit = self._memo.get(memo_key)
             if hit is not None and hit.node_before == self._node:
                 # the very state it was computed from: no check, and applied when someone looks
-                self._set_down(link, up, lazy=True)
+                # (the mask with the rest; the down set and its hash now, as `_set_down` would)
+                (self._down.difference_update if up else self._down.update)(link[0])
+                self._down_hash ^= link[2]
                 self._node = hit.node_after
                 self._last = hit
                 if self._node == self._materialized:
@@ -504,18 +506,15 @@ class RoutingPolicy:
                 and tuple(self._live[k] for k in last.changed) == last.alive_before
                 and last.slots_of(self._slot_maps) == last.before)
 
-    def _set_down(self, link: _Ends, up: bool, lazy: bool = False) -> None:
-        """Mark both ends of a link down or up (in the set, the mask's hash and, unless `lazy`
-        (a memoised event brings it along), the mask)."""
+    def _set_down(self, link: _Ends, up: bool) -> None:
+        """Mark both ends of a link down or up (in the set, the mask and the mask's hash)."""
         ends, mask, zobrist = link
         if up:
             self._down.difference_update(ends)
-            if not lazy:
-                self._mask &= ~mask
+            self._mask &= ~mask
         else:
             self._down.update(ends)
-            if not lazy:
-                self._mask |= mask
+            self._mask |= mask
         self._down_hash ^= zobrist
 
     def _update_liveness(self, switch: str, port: int, link: _Ends, up: bool) -> tuple[DecisionPoint, ...]:
