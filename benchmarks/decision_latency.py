@@ -19,7 +19,8 @@ it times:
 - networkx, full: the same for every destination of the plane (a controller without any index).
 Before timing, the controller prepares every single-link failure from the all-up state, as the
 controller process does at start (`ControllerCore.precompute_failures`; its time and memory are
-printed); `--no-precompute` leaves the memo cold, so each link's first failure is computed.
+printed, the memory from a traced sample of 64 links); `--no-precompute` leaves the memo cold, so
+each link's first failure is computed.
 The baselines build no messages: compare them with "decision". Every row is printed, including those
 where a baseline is faster. Percentiles are over all samples (>= 2000 by default).
 """
@@ -28,9 +29,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
 import time
+import tracemalloc
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -100,25 +101,33 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return (time.perf_counter() - t) * 1e6, out
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def precompute_mb(fab: Fabric, links: list[tuple[str, int]], n: int = 64) -> float:
+    """Memory the precomputation holds, MB, extrapolated from `n` links (traced allocations of a
+    scratch controller; the timed one runs without the tracer, which slows Python down)."""
+    core = ControllerCore(fab, "adaptive", rate_scale=1.0)
+    some = links[:n]
+    tracemalloc.start()
+    core.precompute_failures(some)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    del core
+    gc.collect()
+    return held / 2**20 * len(links) / max(1, len(some))
 
 
 def measure(fab: Fabric, samples: int, seed: int, precompute: bool = True) -> tuple[Figures, dict[str, Any]]:
     t0 = time.perf_counter()
     core = ControllerCore(fab, "adaptive", rate_scale=1.0)
     setup_s = time.perf_counter() - t0
-    rss0 = rss_bytes()
+    uplinks = [(l.a.node, l.a.port) for l in fab.links
+               if l.a.node in fab.switch_by_name and l.b.node in fab.switch_by_name]
     t0 = time.perf_counter()
     prepared = core.precompute_failures() if precompute else 0
     precompute_s = time.perf_counter() - t0
-    precompute_mb = (rss_bytes() - rss0) / 2**20
+    memo_mb = precompute_mb(fab, uplinks) if precompute else 0.0
     base = Baseline(fab)
     tune_gc()  # as the controller process does
     table = core.table
-    uplinks = [(l.a.node, l.a.port) for l in fab.links
-               if l.a.node in fab.switch_by_name and l.b.node in fab.switch_by_name]
     rng = random.Random(seed)
     flush = np.zeros(FLUSH_BYTES // 8, dtype=np.int64)
     figs = Figures()
@@ -149,7 +158,7 @@ def measure(fab: Fabric, samples: int, seed: int, precompute: bool = True) -> tu
     meta = {"hosts": len(fab.hosts), "switches": len(fab.switches), "links": len(uplinks),
             "decision_points": len(core.policy.decision_points()), "path_tables_s": round(setup_s, 3),
             "precomputed_failures": prepared, "precompute_s": round(precompute_s, 3),
-            "precompute_mb": round(precompute_mb, 1), "samples": samples}
+            "precompute_mb": round(memo_mb, 1), "samples": samples}
     gc.collect()
     return figs, meta
 
@@ -162,7 +171,7 @@ def report(name: str, figs: Figures, meta: dict[str, Any]) -> dict[str, Any]:
     print(f"\n{name}: {meta['hosts']} hosts, {meta['switches']} switches, {meta['links']} switch links, "
           f"{meta['decision_points']} decision points; path tables {meta['path_tables_s']:.2f} s; "
           f"{meta['precomputed_failures']} failures precomputed in {meta['precompute_s']:.2f} s, "
-          f"+{meta['precompute_mb']:.0f} MB RSS; "
+          f"holding {meta['precompute_mb']:.1f} MB; "
           f"{meta['samples']} samples per figure; {np.mean(figs.messages):.0f} OpenFlow messages per failure")
     print(f"  {'':<44}{'warm p50':>10}{'warm p99':>10}{'cold p50':>10}{'cold p99':>10}   (us)")
     rows: dict[str, Any] = {}
