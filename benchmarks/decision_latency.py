@@ -19,7 +19,7 @@ it times:
 - networkx, full: the same for every destination of the plane (a controller without any index).
 Before timing, the controller prepares every single-link failure from the all-up state, as the
 controller process does at start (`ControllerCore.precompute_failures`; its time and memory are
-printed, the memory from a traced sample of 64 links); `--no-precompute` leaves the memo cold, so
+printed; the memory from a second, traced run of it); `--no-precompute` leaves the memo cold, so
 each link's first failure is computed.
 The baselines build no messages: compare them with "decision". Every row is printed, including those
 where a baseline is faster. Percentiles are over all samples (>= 2000 by default).
@@ -101,18 +101,17 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     return (time.perf_counter() - t) * 1e6, out
 
 
-def precompute_mb(fab: Fabric, links: list[tuple[str, int]], n: int = 64) -> float:
-    """Memory the precomputation holds, MB, extrapolated from `n` links (traced allocations of a
-    scratch controller; the timed one runs without the tracer, which slows Python down)."""
+def precompute_mb(fab: Fabric) -> float:
+    """Memory the precomputation holds, MB: the traced allocations of a second controller's (the
+    timed one runs without the tracer, which slows Python down)."""
     core = ControllerCore(fab, "adaptive", rate_scale=1.0)
-    some = links[:n]
     tracemalloc.start()
-    core.precompute_failures(some)
+    core.precompute_failures()
     held = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
     del core
     gc.collect()
-    return held / 2**20 * len(links) / max(1, len(some))
+    return held / 2**20
 
 
 def measure(fab: Fabric, samples: int, seed: int, precompute: bool = True) -> tuple[Figures, dict[str, Any]]:
@@ -124,7 +123,7 @@ def measure(fab: Fabric, samples: int, seed: int, precompute: bool = True) -> tu
     t0 = time.perf_counter()
     prepared = core.precompute_failures() if precompute else 0
     precompute_s = time.perf_counter() - t0
-    memo_mb = precompute_mb(fab, uplinks) if precompute else 0.0
+    memo_mb = precompute_mb(fab) if precompute else 0.0
     base = Baseline(fab)
     tune_gc()  # as the controller process does
     table = core.table
