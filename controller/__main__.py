@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from fabric.errors import FabriclabError
 from fabric.routing import MODES
@@ -36,11 +37,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hold-ms", type=float, default=200.0, help="hold-down after a congestion move")
     ap.add_argument("--mbps-per-gbps", type=float, default=0.1,
                     help="emulated Mbit/s per model Gbit/s, for link capacities (default 0.1; 1000 = real rates)")
+    ap.add_argument("--precompute-s", type=float, default=10.0,
+                    help="at start, prepare the reaction to every single link failure for at most this "
+                         "long, so those decisions are lookups; 0: none (default 10; a 16-host fabric "
+                         "takes milliseconds)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if min(args.poll_ms, args.flow_poll_ms, args.hot_flow_poll_ms, args.mbps_per_gbps) <= 0:
         ap.error("--poll-ms, --flow-poll-ms, --hot-flow-poll-ms and --mbps-per-gbps must be > 0")
+    if args.precompute_s < 0:
+        ap.error("--precompute-s must be >= 0")
 
     from controller.app import AppConfig, configure
     from controller.core import ControllerCore, tune_gc
@@ -59,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)
         return 2
-    tune_gc()
+    if args.precompute_s > 0:
+        started = time.perf_counter()
+        n = core.precompute_failures(budget_s=args.precompute_s)
+        logging.getLogger("fabriclab.controller").info(
+            "prepared the reaction to %d link failures in %.2f s", n, time.perf_counter() - started)
+    tune_gc()  # after precomputing: what it made is frozen too
     configure(AppConfig(core, PollConfig(poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
                                          hot_flow_poll_s=args.hot_flow_poll_ms / 1000),
                         rest_host=args.rest_host, rest_port=args.rest_port))

@@ -16,7 +16,9 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
   towards that destination (ICMP, ARP) follows slot 0.
 
 Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to table-1 flows
-(`modify`, which keeps the flow's counters and loses no packet). The core owns the counters and the
+(`modify`, which keeps the flow's counters and loses no packet). A link event the policy answers
+from its memo returns the same tuple of moves each time, and its changes are built once for it
+(`precompute_failures` prepares every single link failure at start). The core owns the counters and the
 rates computed from them (bits per second), which it hands to the policy; decisions, link states
 and the event log are the policy's.
 """
@@ -26,7 +28,7 @@ import gc
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from fabric.errors import RoutingError
 from fabric.model import Fabric
@@ -39,6 +41,8 @@ PRIORITY_SLOT = 1000
 PRIORITY_SLOT_OTHER = 900
 TABLE_ROUTE = 0
 TABLE_ECMP = 1
+#: memoised link events whose changes are kept (oldest dropped first)
+CHANGES_MEMO_ENTRIES = 1 << 14
 
 ETH_TYPE_IPV4 = 0x0800
 ETH_TYPE_ARP = 0x0806
@@ -68,7 +72,7 @@ class ToEcmp:
 Action = Output | ToGroup | ToEcmp
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlowIntent:
     """Install (or replace) one flow: match fields -> action."""
 
@@ -93,7 +97,7 @@ class GroupIntent:
     ports: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Changes:
     """What to send to one switch: groups first, then flows to add, modify and delete."""
 
@@ -196,6 +200,11 @@ class ControllerCore:
         self._peer_port = {(sw, port): self.table.peer(sw, port) for sw, port in self.policy.directed_links()}
         self._relievers_of: dict[tuple[str, int], frozenset[int]] = {}
         self._slot_flows: dict[tuple[str, str, int, int], tuple[FlowIntent, ...]] = {}
+        self._matches: dict[tuple[str, int, int], tuple[Match, Match, Match]] = {}
+        self._actions: dict[ToGroup, ToGroup] = {}  # one object per group action
+        # id of a memoised tuple of moves (the policy returns the same tuple for a repeated link
+        # event) -> that tuple (kept, so the id stays its own) and its changes
+        self._changes_of: dict[int, tuple[tuple[SlotMove, ...], tuple[Changes, ...]]] = {}
         self.port_rates = CounterRates()
         self.slot_rates = CounterRates(min_window_s=flow_window_s)
         self.decision_observers: list[Callable[[float], None]] = []
@@ -234,18 +243,29 @@ class ControllerCore:
 
     def _build_slot_flows(self, switch: str, dest: str, slot: int, port: int) -> list[FlowIntent]:
         dpid = self.dpid(switch)
-        meta = self.dest_id[dest]
-        value, mask = self.policy.entropy.match(self.policy.tier(switch), slot)
-        action = self._group(switch, dest, port)
-        out = [
-            FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, (("metadata", meta), ("eth_type", ETH_TYPE_IPV4),
-                       ("ip_proto", IPPROTO_TCP), ("tcp_src", (value, mask))), action),
-            FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, (("metadata", meta), ("eth_type", ETH_TYPE_IPV4),
-                       ("ip_proto", IPPROTO_UDP), ("udp_src", (value, mask))), action),
-        ]
+        tcp, udp, other = self._slot_matches(dest, self.policy.tier(switch), slot)
+        group = self._group(switch, dest, port)
+        action = self._actions.setdefault(group, group)
+        out = [FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, tcp, action),
+               FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, udp, action)]
         if slot == 0:  # everything else for this destination (ICMP, other IP, ARP) follows slot 0
-            out.append(FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT_OTHER, (("metadata", meta),), action))
+            out.append(FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT_OTHER, other, action))
         return out
+
+    def _slot_matches(self, dest: str, tier: int, slot: int) -> tuple[Match, Match, Match]:
+        """The TCP, UDP and other matches of a slot's flows: the same at every switch of a tier, so
+        built once and shared (prebuilt intents for every failure would otherwise hold ~10^5 copies)."""
+        key = (dest, tier, slot)
+        got = self._matches.get(key)
+        if got is None:
+            meta = self.dest_id[dest]
+            value, mask = self.policy.entropy.match(tier, slot)
+            got = self._matches[key] = (
+                (("metadata", meta), ("eth_type", ETH_TYPE_IPV4), ("ip_proto", IPPROTO_TCP), ("tcp_src", (value, mask))),
+                (("metadata", meta), ("eth_type", ETH_TYPE_IPV4), ("ip_proto", IPPROTO_UDP), ("udp_src", (value, mask))),
+                (("metadata", meta),),
+            )
+        return got
 
     def _arp_flow(self, dpid: int, ip: str, action: Action) -> FlowIntent:
         return FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip)), action)
@@ -299,11 +319,38 @@ class ControllerCore:
         return Changes(dpid, g_add, g_mod, f_add, f_mod, f_del)
 
     # ---- events --------------------------------------------------------------------------------
-    def _apply(self, moves: list[SlotMove], started: float) -> list[Changes]:
+    def _changes(self, moves: Sequence[SlotMove]) -> tuple[Changes, ...]:
+        """The table-1 flow changes for `moves`, one `Changes` per switch in name order. For a
+        tuple of moves the policy memoised (a repeated link event), built once."""
+        memo = self.policy.link_memo and isinstance(moves, tuple)
+        if memo:
+            hit = self._changes_of.get(id(moves))
+            if hit is not None and hit[0] is moves:
+                return hit[1]
         by_switch: dict[str, list[FlowIntent]] = {}
         for m in moves:
             by_switch.setdefault(m.switch, []).extend(self.slot_flows(m.switch, m.dest, m.slot, m.new_port))
-        changes = [Changes(self.dpid(sw), flows_modify=tuple(fl)) for sw, fl in sorted(by_switch.items())]
+        changes = tuple(Changes(self.dpid(sw), flows_modify=tuple(fl)) for sw, fl in sorted(by_switch.items()))
+        if memo and moves:
+            if len(self._changes_of) >= CHANGES_MEMO_ENTRIES:
+                del self._changes_of[next(iter(self._changes_of))]
+            self._changes_of[id(moves)] = (moves, changes)  # type: ignore[assignment]
+        return changes
+
+    def precompute_failures(self, links: Iterable[tuple[str, int]] | None = None,
+                            budget_s: float | None = None) -> int:
+        """Warm the policy's link memo and the messages' intents with every single switch-to-switch
+        link failure (or those of `links`) from the current state
+        (`RoutingPolicy.precompute_failures`), so that those decisions are lookups. Returns how
+        many were prepared (fewer if `budget_s` ran out)."""
+        n = 0
+        for moves in self.policy.precompute_failures(links, budget_s):
+            self._changes(moves)
+            n += 1
+        return n
+
+    def _apply(self, moves: Sequence[SlotMove], started: float) -> list[Changes]:
+        changes = list(self._changes(moves))
         if moves:
             took_us = (time.perf_counter() - started) * 1e6
             for observe in self.decision_observers:
@@ -313,10 +360,10 @@ class ControllerCore:
     def on_port_status(self, dpid: int, port: int, up: bool, now: float) -> list[Changes]:
         """A port's config or link state changed. Returns the changes for every switch affected."""
         started = time.perf_counter()
-        name = self.switch_name(dpid)
-        if name is None or not self.policy.has_link((name, port)):
+        sw = self.fabric.switch_by_dpid.get(dpid)
+        if sw is None or not self.policy.has_link((sw.name, port)):
             return []
-        return self._apply(self.policy.on_link_change(name, port, up, now), started)
+        return self._apply(self.policy.on_link_change(sw.name, port, up, now), started)
 
     def on_port_counters(self, dpid: int, counters: dict[int, tuple[int, int, float]]) -> dict[tuple[str, int], float]:
         """Fold one switch's port counters in: port -> (tx bytes, rx bytes, the switch's own port

@@ -33,6 +33,7 @@ class EcmpPolicy(RoutingPolicy):
 
 class AdaptivePolicy(EcmpPolicy):
     name = "adaptive"
+    link_memo = True  # `_remap` reads only the decision point's live ports, slots, pins and all-up map
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -43,10 +44,31 @@ class AdaptivePolicy(EcmpPolicy):
                       now: float) -> list[SlotMove]:
         cause = "recovery" if up else "failure"
         moves: list[SlotMove] = []
+        remap = self._remap_fast if self.link_memo else self._remap
         for key in changed:
             if key in self._base:
-                moves.extend(self._remap(key, cause))
+                moves.extend(remap(key, cause))
         return moves
+
+    def _remap_fast(self, key: DecisionPoint, cause: str) -> list[SlotMove]:
+        """`_remap` without per-slot bookkeeping (the same result): the new slot map is computed
+        whole, set at once, and one move made per slot that changed. Pinned slots: `_remap`."""
+        alive = self._alive[key]
+        if not alive:
+            return []
+        if key in self._pins:
+            return self._remap(key, cause)
+        current = self._slots[key]
+        if len(alive) == len(self.table.ecmp_ports(*key)):
+            new = self._base[key]
+        else:
+            new = _rebalance(current, alive, _NO_PINS)
+        if new == current:
+            return []
+        self._slots[key] = new
+        sw, dest = key
+        return [SlotMove(sw, dest, s, old, port, cause) for s, (old, port) in enumerate(zip(current, new))
+                if old != port]
 
     def _remap(self, key: DecisionPoint, cause: str) -> list[SlotMove]:
         """All ports alive: the all-up mapping; else keep slots on live ports and spread the others
@@ -149,6 +171,9 @@ class AdaptivePolicy(EcmpPolicy):
         for l in set(new) - set(old):
             self._loads.setdefault(l, _Load()).rate_bps += rate
         return move
+
+
+_NO_PINS: frozenset[int] = frozenset()
 
 
 @functools.lru_cache(maxsize=4096)

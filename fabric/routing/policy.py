@@ -13,6 +13,15 @@ overriding `react_to_link`, `react_to_loads` and `react_to_release`, changing sl
 `_set_slot`. Built-in modes are in `fabric.routing.modes`;
 `fabric.routing.registry.load_policy("mypkg.module:MyPolicy")` loads a researcher's own.
 
+Link reactions are memoised (`link_memo`): the outcome of a link event is a function of the set of
+down links (which decides liveness), the link, and the slot maps and pins of the decision points
+whose liveness changes; so it is kept per (link, up, down links) together with the slot maps it
+started from, and a repeated event whose decision points still hold those maps is a lookup. A
+subclass that overrides the reaction gets the reference computation unless it declares
+`link_memo = True` itself (its reaction must then read nothing but liveness, slots, pins and the
+all-up mapping of the decision points it is given). `precompute_failures` warms the memo with every
+single-link failure from the current state.
+
 An operator's move (`move`) pins the slot: whatever a policy's reaction does, the base class puts a
 pinned slot back on the operator's port whenever that port is alive (a failure may move it off for
 as long as the port's paths are dead; the recovery brings it back), until the operator releases it
@@ -20,10 +29,14 @@ as long as the port's paths are dead; the recovery brings it back), until the op
 """
 from __future__ import annotations
 
+import functools
+import itertools
+import operator
+import random
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import ClassVar, Iterable
+from typing import Any, Callable, ClassVar, Iterable, Iterator
 
 from fabric.errors import RoutingError
 from fabric.model import ROLE_TIER, NicPort
@@ -31,10 +44,16 @@ from fabric.routing.entropy import EntropyPlan, plan_entropy
 from fabric.routing.tables import PathTable
 
 DirectedLink = tuple[str, int]  # (switch, egress port)
+_Ends = tuple[tuple[DirectedLink, ...], int, int]  # a link's directed links, their bits, their Zobrist number
 DecisionPoint = tuple[str, str]  # (switch, destination edge switch)
 SlotKey = tuple[str, str, int]  # (switch, destination edge switch, slot)
 
 CAUSES = ("failure", "recovery", "congestion", "manual")
+#: methods whose override makes a subclass's link reaction its own (see `RoutingPolicy.link_memo`)
+_REACTION_METHODS = ("on_link_change", "react_to_link", "initial_port", "_keep_pins", "_set_slot",
+                     "_port_alive", "_update_liveness", "_remap")
+#: memoised link events kept at most (oldest dropped first)
+LINK_MEMO_ENTRIES = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -56,7 +75,7 @@ class RouterConfig:
             raise RoutingError(f"min_move_share must be in [0, 1), got {self.min_move_share}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SlotMove:
     switch: str
     dest: str  # destination edge switch
@@ -92,6 +111,32 @@ class LinkState:
     hot: bool
 
 
+def _slots_getter(keys: tuple[DecisionPoint, ...]) -> Callable[[dict[DecisionPoint, tuple[int, ...]]], Any]:
+    """A function of the slot tables giving the slot maps at `keys` (fast: `operator.itemgetter`)."""
+    if not keys:
+        return lambda slots: ()
+    return operator.itemgetter(*keys)
+
+
+@dataclass(frozen=True, slots=True)
+class _LinkOutcome:
+    """A memoised link event (see `RoutingPolicy._link_transition`)."""
+
+    node_before: int  # the identity of the whole state it was computed from ...
+    node_after: int  # ... and of the state it led to
+    down_mask: int  # the down links before (the key holds only their hash)
+    mask_after: int  # and after
+    changed: tuple[DecisionPoint, ...]  # (switch, dest) pairs whose live ports changed, in update order
+    alive_before: tuple[tuple[int, ...], ...]  # their live ports before
+    alive: tuple[tuple[int, ...], ...]  # and after
+    decided: tuple[DecisionPoint, ...]  # those of them with a slot table
+    slots_of: Callable[[dict[DecisionPoint, tuple[int, ...]]], Any]  # the slot maps of those with a table
+    before: Any  # what `slots_of` gave before: the event's outcome holds for these slot maps only
+    moved: tuple[DecisionPoint, ...]  # decision points whose slots moved
+    after: tuple[tuple[int, ...], ...]  # their slot maps after
+    moves: tuple[SlotMove, ...]
+
+
 @dataclass
 class _Load:
     rate_bps: float = 0.0
@@ -107,6 +152,13 @@ class RoutingPolicy:
     #: True: a flow's slot (source port) may choose among equal-cost ports at decision points, and
     #: the data plane keeps a slot table there; False: one port per (switch, destination).
     multipath: ClassVar[bool] = True
+    #: True: link reactions are memoised (module docstring); False: always the reference computation
+    link_memo: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "link_memo" not in cls.__dict__ and any(m in cls.__dict__ for m in _REACTION_METHODS):
+            cls.link_memo = False  # its own reaction may read state the memo's key does not hold
 
     def __init__(self, table: PathTable, config: RouterConfig | None = None, *, capacity_scale: float = 1.0,
                  event_log_size: int = 10000) -> None:
@@ -120,21 +172,26 @@ class RoutingPolicy:
         self._tier = {s.name: ROLE_TIER[s.role] for s in fab.switches}
         self._edge_index = {d: i for i, d in enumerate(table.edge_switches)}
         self._down: set[DirectedLink] = set()
-        # (switch, dest) -> equal-cost next-hop ports currently usable
-        self._alive: dict[DecisionPoint, tuple[int, ...]] = {}
+        self._mask = 0  # the same set, one bit per directed link (`_link_bit`); read it as `_down_mask`
+        # (switch, dest) -> equal-cost next-hop ports currently usable; read it as `_alive`
+        self._live: dict[DecisionPoint, tuple[int, ...]] = {}
         for dest in table.edge_switches:
             for switch in fab.switches_in(fab.switch_by_name[dest].plane):
                 ports = table.ecmp_ports(switch.name, dest)
                 if ports:
-                    self._alive[(switch.name, dest)] = ports
+                    self._live[(switch.name, dest)] = ports
         # decision point -> slot -> port; `_base` is the all-links-up mapping
+        # (slot maps are tuples, replaced on change, and equal maps are one object: memo keys and
+        # memoised results share them)
         self._base: dict[DecisionPoint, tuple[int, ...]] = {}
         if self.multipath:
+            same: dict[tuple[int, ...], tuple[int, ...]] = {}
             for sw, dest in table.decisions:
                 ports = table.ecmp_ports(sw, dest)
                 n = self.entropy.slots(self._tier[sw])
-                self._base[(sw, dest)] = tuple(self.initial_port(sw, dest, s, ports) for s in range(n))
-        self._slots: dict[DecisionPoint, list[int]] = {k: list(v) for k, v in self._base.items()}
+                base = tuple(self.initial_port(sw, dest, s, ports) for s in range(n))
+                self._base[(sw, dest)] = same.setdefault(base, base)
+        self._slot_maps: dict[DecisionPoint, tuple[int, ...]] = dict(self._base)  # read it as `_slots`
         # decision point -> slot -> the port an operator put it on (kept until released)
         self._pins: dict[DecisionPoint, dict[int, int]] = {}
         self._loads: dict[DirectedLink, _Load] = {}
@@ -143,7 +200,74 @@ class RoutingPolicy:
             for end in (link.a, link.b):
                 if end.node in fab.switch_by_name:
                     self._capacity_bps[(end.node, end.port)] = link.rate_gbps * 1e9 * capacity_scale
-        self._events: deque[RouteEvent] = deque(maxlen=event_log_size)
+        # the event log, one plain record per event (`RouteEvent`s are made when asked for, so the
+        # decision itself makes no object but this tuple): (time, cause, trigger, moves, decision
+        # time); a link event's trigger is kept as (switch, port, up) and worded when asked for
+        self._events: deque[tuple[float, str, str | tuple[str, int, bool], tuple[SlotMove, ...], float]] = \
+            deque(maxlen=event_log_size)
+        self._link_bit = {link: 1 << i for i, link in enumerate(sorted(self._capacity_bps))}
+        # the down set is also kept as the xor of a random 64-bit number per down link (Zobrist
+        # hashing): a memo key that costs nothing to hash, where the mask (thousands of bits) does
+        rng = random.Random(0)
+        self._link_hash = {link: rng.getrandbits(64) for link in sorted(self._capacity_bps)}
+        self._down_hash = 0
+        # directed link -> both ends (one for a host link), their bits and the xor of their numbers;
+        # and the choices whose paths may cross either, nearest the destination first (both filled
+        # on first use)
+        self._ends: dict[DirectedLink, _Ends] = {}
+        self._crossing_order: dict[DirectedLink, tuple[tuple[DecisionPoint, str, str, int], ...]] = {}
+        self._same_key = {k: k for k in self._live}  # one key object per (switch, dest): memo entries share them
+        # (link, up, down mask before) -> (decision points whose liveness changed, their slot maps
+        # before, their live ports after, the decision points moved, their slot maps after, moves)
+        self._memo: dict[tuple[str, int, bool, int], _LinkOutcome] = {}
+        self._same_alive: dict[tuple[int, ...], tuple[int, ...]] = {}  # one object per set of live ports
+        # (equal-cost ports, live ones, a port) -> the live ones with that port toggled
+        self._toggled: dict[tuple[tuple[int, ...], tuple[int, ...], int], tuple[int, ...]] = {}
+        # Identities of whole states (down links, live ports, slot maps, pins): a memoised event met
+        # again in the very state it was computed from needs no check, and its result is applied
+        # lazily (`_pending`, applied by `_flush` before anything reads the state; dropped when the
+        # events lead back to the state the tables hold, as a failure and its recovery do).
+        self._node_ids = itertools.count(1)
+        self._node = 0  # the state now
+        self._materialized = 0  # the state the tables hold
+        self._pending: list[_LinkOutcome] = []
+        self._last: _LinkOutcome | None = None  # the memoised event that led to the state now
+        self._alive_before: tuple[tuple[int, ...], ...] = ()  # `_update_liveness`'s, for the memo
+
+    # ---- the state, as every method but the memo's fast path reads it -------------------------
+    @property
+    def _slots(self) -> dict[DecisionPoint, tuple[int, ...]]:
+        if self._pending:
+            self._flush()
+        return self._slot_maps
+
+    @property
+    def _alive(self) -> dict[DecisionPoint, tuple[int, ...]]:
+        if self._pending:
+            self._flush()
+        return self._live
+
+    @property
+    def _down_mask(self) -> int:
+        if self._pending:
+            self._flush()
+        return self._mask
+
+    def _flush(self) -> None:
+        """Apply the memoised events not yet applied to the tables."""
+        for e in self._pending:
+            self._live.update(zip(e.changed, e.alive))
+            self._slot_maps.update(zip(e.moved, e.after))
+        if self._pending:
+            self._mask = self._pending[-1].mask_after
+            self._pending.clear()
+        self._materialized = self._node
+
+    def _new_state(self) -> None:
+        """The state changed other than by a memoised link event: a new identity."""
+        self._flush()
+        self._node = self._materialized = next(self._node_ids)
+        self._last = None
 
     # ---- hooks for subclasses ------------------------------------------------------------------
     def initial_port(self, switch: str, dest: str, slot: int, ports: tuple[int, ...]) -> int:
@@ -294,38 +418,169 @@ class RoutingPolicy:
         return (src.switch, src.switch_port) not in self._down and (dst.switch, dst.switch_port) not in self._down
 
     # ---- inputs --------------------------------------------------------------------------------
-    def on_link_change(self, switch: str, port: int, up: bool, now: float) -> list[SlotMove]:
+    def on_link_change(self, switch: str, port: int, up: bool, now: float) -> tuple[SlotMove, ...]:
         """A port went down or came up (both directions of its link change). Returns slot moves."""
         started = time.perf_counter()
-        if (switch, port) not in self._capacity_bps:
-            raise RoutingError(f"{switch} port {port} is not a switch port of fabric {self.table.fabric.name!r}")
-        peer = self.table.peer(switch, port)
-        ends = [(switch, port)]
-        if peer[0] in self.table.fabric.switch_by_name:
-            ends.append(peer)
-        if not [e for e in ends if (e in self._down) == up]:
-            return []
-        for e in ends:
-            (self._down.discard if up else self._down.add)(e)
+        link = self._ends.get((switch, port)) or self._link_ends(switch, port)
+        ends, down = link[0], self._down
+        if (ends[0] in down) != up and (len(ends) == 1 or (ends[1] in down) != up):
+            return ()  # already so at both ends
+        moves = self._link_transition(switch, port, link, up, now)[1]
+        if moves:
+            self._events.append((now, "recovery" if up else "failure", (switch, port, up), moves,
+                                 (time.perf_counter() - started) * 1e6))
+        return moves
+
+    def _link_ends(self, switch: str, port: int) -> _Ends:
+        """Both directed links of the link at `switch`'s `port` (one for a host link), their bits
+        and the xor of their numbers."""
+        got = self._ends.get((switch, port))
+        if got is None:
+            if (switch, port) not in self._capacity_bps:
+                raise RoutingError(f"{switch} port {port} is not a switch port of fabric {self.table.fabric.name!r}")
+            peer = self.table.peer(switch, port)
+            ends = ((switch, port), peer) if peer[0] in self.table.fabric.switch_by_name else ((switch, port),)
+            got = self._ends[(switch, port)] = (ends, sum(self._link_bit[e] for e in ends),
+                                                functools.reduce(operator.xor, (self._link_hash[e] for e in ends)))
+        return got
+
+    def _link_transition(self, switch: str, port: int, link: _Ends, up: bool,
+                         now: float) -> tuple[tuple[DecisionPoint, ...], tuple[SlotMove, ...]]:
+        """Liveness and the reaction to a link event: the decision points whose liveness changed and
+        the moves. From the memo where the event was seen before with the same slot maps there."""
+        memo_key = (switch, port, up, self._down_hash)
+        if self.link_memo:
+            hit = self._memo.get(memo_key)
+            if hit is not None and hit.node_before == self._node:
+                # the very state it was computed from: no check, and applied when someone looks
+                # (the mask with the rest; the down set and its hash now, as `_set_down` would)
+                (self._down.difference_update if up else self._down.update)(link[0])
+                self._down_hash ^= link[2]
+                self._node = hit.node_after
+                self._last = hit
+                if self._node == self._materialized:
+                    self._pending.clear()  # back where the tables are
+                else:
+                    self._pending.append(hit)
+                return hit.changed, hit.moves
+            slots = self._slots  # (applies what is pending)
+            if hit is not None and hit.down_mask == self._mask and hit.slots_of(slots) == hit.before and \
+                    (not self._pins or self._pins.keys().isdisjoint(hit.changed)):
+                self._set_down(link, up)
+                self._live.update(zip(hit.changed, hit.alive))
+                slots.update(zip(hit.moved, hit.after))
+                self._new_state()
+                return hit.changed, hit.moves
+        slots = self._slots
+        node_before, down_mask = self._node, self._mask
+        changed = self._update_liveness(switch, port, link, up)
+        decided = tuple(k for k in changed if k in slots)
+        slots_of = _slots_getter(decided)
+        before = slots_of(slots)
+        cause = "recovery" if up else "failure"
+        moves = tuple(self._keep_pins(self.react_to_link((switch, port), up, tuple(sorted(changed)), now),
+                                      changed, cause))
+        last = self._last
+        self._new_state()
+        if self.link_memo and (not self._pins or self._pins.keys().isdisjoint(changed)):
+            moved_set = {(m.switch, m.dest) for m in moves}
+            moved = tuple(k for k in decided if k in moved_set)
+            if len(moved) == len(moved_set):  # else the outcome read slots the key does not hold
+                if last is not None and last.node_after == node_before and self._undoes(last, changed, moved):
+                    self._node = self._materialized = last.node_before
+                if len(self._memo) >= LINK_MEMO_ENTRIES:
+                    del self._memo[next(iter(self._memo))]
+                entry = self._memo[memo_key] = _LinkOutcome(
+                    node_before, self._node, down_mask, self._mask, changed, self._alive_before,
+                    tuple(self._live[k] for k in changed), decided, slots_of, before, moved,
+                    tuple(slots[k] for k in moved), moves)
+                self._last = entry
+        return changed, moves
+
+    def _undoes(self, last: _LinkOutcome, changed: tuple[DecisionPoint, ...], moved: tuple[DecisionPoint, ...]) -> bool:
+        """Whether the event just computed (changing live ports at `changed` and slots at `moved`)
+        took the state back to where the memoised event `last`, which led to the state before it,
+        started: then that state's identity is the one to keep (a failure, then its recovery)."""
+        return (self._mask == last.down_mask and set(changed) <= set(last.changed)
+                and set(moved) <= set(last.decided)
+                and tuple(self._live[k] for k in last.changed) == last.alive_before
+                and last.slots_of(self._slot_maps) == last.before)
+
+    def _set_down(self, link: _Ends, up: bool) -> None:
+        """Mark both ends of a link down or up (in the set, the mask and the mask's hash)."""
+        ends, mask, zobrist = link
+        if up:
+            self._down.difference_update(ends)
+            self._mask &= ~mask
+        else:
+            self._down.update(ends)
+            self._mask |= mask
+        self._down_hash ^= zobrist
+
+    def _update_liveness(self, switch: str, port: int, link: _Ends, up: bool) -> tuple[DecisionPoint, ...]:
+        """Mark the link's ends down or up and update the live ports of every choice whose paths
+        may cross it. Returns the decision points whose set of live ports changed."""
+        self._set_down(link, up)
         # Every choice whose paths may cross the link, nearest the destination first, so that a
         # switch sees its downstream neighbours' new liveness. Liveness also changes upstream of a
         # switch that lost all its ports: those choices are in `crossing` too (their `via` holds the
         # link), so one pass suffices.
-        keys = {k for e in ends for k in self.table.crossing(*e)}
-        dist = self.table.switch_hops
-        changed: list[DecisionPoint] = []
-        for sw, dest, p in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)):
-            alive = self._alive[(sw, dest)]
+        order = self._crossing_order.get((switch, port))
+        if order is None:
+            keys = {k for e in link[0] for k in self.table.crossing(*e)}
+            dist = self.table.switch_hops
+            same = self._same_key
+            order = self._crossing_order[(switch, port)] = tuple(
+                (same[(sw, dest)], sw, dest, p) for sw, dest, p in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)))
+        changed: dict[DecisionPoint, None] = {}
+        before: list[tuple[int, ...]] = []
+        for key, sw, dest, p in order:
+            alive = self._alive[key]
             if self._port_alive(sw, dest, p) != (p in alive):
-                ports = set(alive) ^ {p}
-                self._alive[(sw, dest)] = tuple(q for q in self.table.ecmp_ports(sw, dest) if q in ports)
-                if (sw, dest) not in changed:
-                    changed.append((sw, dest))
-        moves = self._keep_pins(self.react_to_link((switch, port), up, tuple(sorted(changed)), now), changed,
-                                "recovery" if up else "failure")
-        self._record(now, "recovery" if up else "failure", f"{switch}:{port} {'up' if up else 'down'}", moves,
-                     started)
-        return moves
+                every = self.table.ecmp_ports(sw, dest)
+                toggled = self._toggled.get((every, alive, p))
+                if toggled is None:
+                    ports = set(alive) ^ {p}
+                    now_alive = tuple(q for q in every if q in ports)
+                    toggled = self._toggled[(every, alive, p)] = self._same_alive.setdefault(now_alive, now_alive)
+                self._alive[key] = toggled
+                if key not in changed:
+                    changed[key] = None
+                    before.append(alive)
+        self._alive_before = tuple(before)
+        return tuple(changed)
+
+    def precompute_failures(self, links: Iterable[DirectedLink] | None = None,
+                            budget_s: float | None = None) -> Iterator[tuple[SlotMove, ...]]:
+        """Warm the link memo: the failure of every switch-to-switch link (or of `links`), each from
+        the current state, which is put back after each; no event is recorded. Yields each
+        failure's moves (the controller prepares its messages for them). Stops after `budget_s`
+        seconds if given; does nothing unless `link_memo`."""
+        if not self.link_memo:
+            return
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        fab = self.table.fabric
+        todo = links if links is not None else [
+            (l.a.node, l.a.port) for l in fab.links if l.a.node in fab.switch_by_name and l.b.node in fab.switch_by_name]
+        alive = dict(self._alive)
+        slots = dict(self._slots)
+        node = self._node
+        for switch, port in todo:
+            if deadline is not None and time.perf_counter() > deadline:
+                return
+            link = self._link_ends(switch, port)
+            if self._down_mask & link[1]:
+                continue
+            changed, moves = self._link_transition(switch, port, link, False, 0.0)
+            self._flush()
+            self._set_down(link, True)
+            for k in changed:
+                self._live[k] = alive[k]
+            for k in {*changed, *((m.switch, m.dest) for m in moves)} & slots.keys():
+                self._slot_maps[k] = slots[k]
+            self._node = self._materialized = node  # exactly the state it was
+            self._last = None
+            yield moves
 
     def on_loads(self, port_rates_bps: dict[DirectedLink, float], slot_rates_bps: dict[SlotKey, float],
                  now: float) -> list[SlotMove]:
@@ -345,6 +600,7 @@ class RoutingPolicy:
                 load.hot = True
         moves = self._keep_pins(self.react_to_loads(slot_rates_bps, now), (), "congestion")
         if moves:
+            self._new_state()
             hot = ", ".join(f"{s}:{p}" for s, p in self.hot_links())
             self._record(now, "congestion", f"hot {hot}", moves, started)
         return moves
@@ -363,6 +619,7 @@ class RoutingPolicy:
             raise RoutingError(f"port {port} of {switch} is not a live next hop towards {dest} "
                                f"(live: {list(self._alive.get(key, ()))})")
         self._pins.setdefault(key, {})[slot] = port
+        self._new_state()
         if self._slots[key][slot] == port:
             return None
         move = self._set_slot(key, slot, port, "manual")
@@ -383,6 +640,7 @@ class RoutingPolicy:
         if not pins:
             self._pins.pop(key, None)
         moves = self._keep_pins(self.react_to_release(key, released, now), (key,), "manual")
+        self._new_state()
         self._record(now, "manual", "operator release", moves, started)
         return moves
 
@@ -403,7 +661,7 @@ class RoutingPolicy:
             raise RoutingError(f"port {port} of {key[0]} is not an equal-cost next hop towards {key[1]}")
         slots = self._slots[key]
         move = SlotMove(key[0], key[1], slot, slots[slot], port, cause)
-        slots[slot] = port
+        self._slots[key] = slots[:slot] + (port,) + slots[slot + 1:]
         return move
 
     def _keep_pins(self, moves: list[SlotMove], keys: Iterable[DecisionPoint], cause: str) -> list[SlotMove]:
@@ -431,10 +689,9 @@ class RoutingPolicy:
         nxt = self.table.peer(sw, port)[0]
         return nxt == dest or bool(self._alive.get((nxt, dest)))
 
-    def _record(self, now: float, cause: str, trigger: str, moves: list[SlotMove], started: float) -> None:
+    def _record(self, now: float, cause: str, trigger: str, moves: Iterable[SlotMove], started: float) -> None:
         if moves:
-            took_us = (time.perf_counter() - started) * 1e6
-            self._events.append(RouteEvent(now, cause, trigger, tuple(moves), took_us))
+            self._events.append((now, cause, trigger, tuple(moves), (time.perf_counter() - started) * 1e6))
 
     # ---- read-only snapshots -------------------------------------------------------------------
     def decision_points(self) -> tuple[DecisionPoint, ...]:
@@ -445,7 +702,7 @@ class RoutingPolicy:
 
     def slots(self, switch: str, dest: str) -> tuple[int, ...]:
         """Slot -> port at one decision point."""
-        return tuple(self._slots[(switch, dest)])
+        return self._slots[(switch, dest)]
 
     def pinned(self, switch: str, dest: str) -> dict[int, int]:
         """Slot -> port for the slots an operator pinned at one decision point."""
@@ -453,7 +710,7 @@ class RoutingPolicy:
 
     def slot_table(self, switch: str) -> dict[str, tuple[int, ...]]:
         """Destination edge switch -> slot -> port, for every decision point of `switch`."""
-        return {d: tuple(p) for (s, d), p in sorted(self._slots.items()) if s == switch}
+        return {d: p for (s, d), p in sorted(self._slots.items()) if s == switch}
 
     def alive(self, switch: str, dest: str) -> tuple[int, ...]:
         return self._alive.get((switch, dest), ())
@@ -493,13 +750,17 @@ class RoutingPolicy:
 
     def events(self, limit: int | None = None) -> tuple[RouteEvent, ...]:
         evs = tuple(self._events)
-        return evs if limit is None else evs[-limit:] if limit > 0 else ()
+        if limit is not None:
+            evs = evs[-limit:] if limit > 0 else ()
+        return tuple(RouteEvent(now, cause, trigger if isinstance(trigger, str) else
+                                f"{trigger[0]}:{trigger[1]} {'up' if trigger[2] else 'down'}", moves, took_us)
+                     for now, cause, trigger, moves, took_us in evs)
 
     def reroutes(self) -> dict[str, int]:
         """Slot moves by cause, over the events still in the log."""
         out = {c: 0 for c in CAUSES}
         for e in self._events:
-            for m in e.moves:
+            for m in e[3]:
                 out[m.cause] += 1
         return out
 
