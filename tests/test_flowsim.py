@@ -12,8 +12,16 @@ import numpy as np
 import pytest
 
 from fabric import topofile
-from fabric.flowsim import (FlowSimError, Job, LinkEvent, SimOptions, incidence, max_min_rates,
-                            max_min_rates_reference, simulate)
+from fabric.flowsim import (
+    FlowSimError,
+    Job,
+    LinkEvent,
+    SimOptions,
+    incidence,
+    max_min_rates,
+    max_min_rates_reference,
+    simulate,
+)
 from fabric.routing import EcmpPolicy, PathTable
 from fabric.transfers import Placement, Transfer, TransferDag
 from traffic.collectives import schedule
@@ -254,7 +262,6 @@ def test_hashed_source_ports_collide_as_counted_by_hand():
 
 
 def test_jobs_start_at_their_time_and_local_transfers_take_no_time():
-    fab = topofile.load("leaf-spine-16")
     # ranks 0 and 1 on h0, rank 2 on h4: 0 -> 1 local, then 1 -> 2 over the network (400 G / 2 flows)
     dag = TransferDag((Transfer(0, 1, 10**6), Transfer(1, 2, 10**6, deps=(0,))), (0, 1, 2))
     _, res = run("leaf-spine-16", [Job(dag, Placement(("h0", "h0", "h4")), start_s=1.0)])

@@ -15,8 +15,8 @@ connections (`fabric.transfers.split_bytes`). Source ports:
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from fabric.flowsim.maxmin import FlowSimError
 from fabric.model import Fabric, NicPort

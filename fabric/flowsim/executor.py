@@ -27,9 +27,10 @@ seconds.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -107,7 +108,8 @@ class _Run:
         self.fabric, self.policy, self.jobs, self.opts = fabric, policy, jobs, opts
         self.links, self.capacity_bps = directed_links(fabric)
         self.link_id = {l: i for i, l in enumerate(self.links)}
-        offsets, n = [], 0
+        offsets: list[int] = []
+        n = 0
         for j in jobs:
             if j.start_s < 0 or not math.isfinite(j.start_s):
                 raise FlowSimError(f"job {j.dag.label or len(offsets)}: start_s must be finite and >= 0")
@@ -148,7 +150,7 @@ class _Run:
         self.now = 0.0
         self.edges: list[float] = []
         self.ptr: list[int] = [0]
-        self.load_link: list[IntArray] = []
+        self.load_link: list[IntArray] = []  # per interval
         self.load_bps: list[FloatArray] = []
         self.rate_updates = 0
         self.route_changes = 0
@@ -219,7 +221,7 @@ class _Run:
         if c.id not in self.path_of:
             nodes = self.policy.path(c.src, c.dst, c.sport)
             self.path_of[c.id] = None if nodes is None else np.asarray(
-                [self.link_id[(u, v)] for u, v in zip(nodes, nodes[1:])], dtype=np.intp)
+                [self.link_id[(u, v)] for u, v in itertools.pairwise(nodes)], dtype=np.intp)
         return self.path_of[c.id]
 
     def _link_event(self, e: LinkEvent) -> None:
@@ -230,26 +232,29 @@ class _Run:
         self.dirty = True
 
     # ---- the loop ------------------------------------------------------------------------------
+    def _routed(self) -> tuple[list[int], list[IntArray]]:
+        """The active flows that have a path, and their paths."""
+        flows = [f for f, links in enumerate(self.f_links) if links is not None]
+        return flows, [links for links in self.f_links if links is not None]
+
     def _update_rates(self) -> None:
-        routed = [f for f, links in enumerate(self.f_links) if links is not None]
+        routed, paths = self._routed()
         self.rates = np.zeros(len(self.f_conn))
         if routed:
-            paths = [self.f_links[f] for f in routed]
-            flow = np.repeat(np.arange(len(routed)), [len(p) for p in paths if p is not None])
-            link = np.concatenate([p for p in paths if p is not None])
-            self.rates[routed] = max_min_rates(len(routed), flow, link, self.capacity_bps)
+            flow = np.repeat(np.arange(len(routed)), [len(p) for p in paths])
+            self.rates[routed] = max_min_rates(len(routed), flow, np.concatenate(paths), self.capacity_bps)
             self.rate_updates += 1
         self.dirty = False
 
     def _record(self, until_s: float) -> None:
         """Log the link loads from now until `until_s` (one interval)."""
-        routed = [f for f, links in enumerate(self.f_links) if links is not None]
+        routed, paths = self._routed()
         if until_s <= self.now or not routed:
             return
-        link = np.concatenate([self.f_links[f] for f in routed])  # type: ignore[misc]
-        weight = np.repeat(self.rates[routed], [len(self.f_links[f]) for f in routed])  # type: ignore[arg-type]
-        load = np.bincount(link, weights=weight, minlength=len(self.links))
-        used = np.flatnonzero(load > 0)
+        link = np.concatenate(paths)
+        weight = np.repeat(self.rates[routed], [len(p) for p in paths])
+        load = np.bincount(link, weights=weight, minlength=len(self.links)).astype(np.float64)
+        used = np.flatnonzero(load > 0).astype(np.intp)
         if self.edges and self.edges[-1] != self.now:
             self.ptr.append(self.ptr[-1])  # an idle gap: an interval with no load
             self.edges.append(self.now)
@@ -323,13 +328,12 @@ class _Run:
             ends = self.end_s[self.offsets[j]:self.offsets[j] + len(job.dag)]
             job_end.append(job.start_s if not len(ends) else
                            (math.nan if np.isnan(ends).any() else float(ends.max())))
-        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
-            return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
         return FlowSimResult(
             links=self.links, capacity_bps=self.capacity_bps, job_offsets=self.offsets,
             job_start_s=np.asarray([j.start_s for j in self.jobs], dtype=float), job_end_s=np.asarray(job_end),
             transfer_start_s=self.start_s, transfer_end_s=self.end_s,
             edges_s=np.asarray(self.edges, dtype=float), load_ptr=np.asarray(self.ptr, dtype=np.intp),
-            load_link=cat(self.load_link, np.intp), load_bps=cat(self.load_bps, np.float64),  # type: ignore[arg-type]
+            load_link=np.concatenate([np.zeros(0, dtype=np.intp), *self.load_link]),
+            load_bps=np.concatenate([np.zeros(0), *self.load_bps]),
             rate_updates=self.rate_updates, route_changes=self.route_changes,
             stalled=tuple(int(g) for g in np.flatnonzero(np.isnan(self.end_s))))

@@ -22,7 +22,7 @@ a flow's rate is its fair share from the first instant (see `fabric.flowsim` for
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt

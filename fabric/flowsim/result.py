@@ -79,4 +79,5 @@ class FlowSimResult:
         k = max(len(self.edges_s) - 1, 0)
         rows = np.repeat(np.arange(k), np.diff(self.load_ptr))
         weights = self.load_bps * self.durations_s[rows] / 8
-        return np.bincount(self.load_link, weights=weights, minlength=len(self.links))
+        out: FloatArray = np.bincount(self.load_link, weights=weights, minlength=len(self.links)).astype(np.float64)
+        return out
