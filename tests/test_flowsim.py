@@ -280,3 +280,54 @@ def test_bad_inputs_are_errors_naming_the_item():
     other = topofile.load("dual-plane-16")
     with pytest.raises(FlowSimError, match="policy routes fabric 'dual-plane-16'"):
         simulate(fab, EcmpPolicy(PathTable(other)), [Job(dag, one_rank_per_host(fab, 2))])
+
+
+@pytest.mark.parametrize("ports", ["planned", "hashed"])
+def test_connections_are_the_replays_own(ports):
+    # the simulator re-implements the replay's rule (fabric may not import traffic): same host pairs,
+    # NICs, planes and source ports as the replay's plan, for its ring on dual-plane-16
+    from fabric.flowsim import plan_connections
+    from tests.test_replay import DP16, coll, workload
+    from traffic.replay import ReplayOptions, plan_replay
+
+    plan = plan_replay(workload([coll(size=16_000_000, n=16)], n=16), DP16,
+                       ReplayOptions(channels=2, dilation=1000, ports=ports, seed=3))
+    replay = {(c.src_host, c.dst_host, c.src_ip, c.dst_ip, c.sport) for c in plan.connections}
+    ours = plan_connections(DP16, EcmpPolicy(PathTable(DP16)).entropy, {(c.src_host, c.dst_host)
+                                                                        for c in plan.connections},
+                            channels=2, ports=ports, seed=3)
+    assert {(a, b, str(c.src.ip), str(c.dst.ip), c.sport) for (a, b), cs in ours.items() for c in cs} == replay
+    assert len(replay) == 16 * 2 * 2  # 16 ring pairs x 2 planes x 2 channels
+
+
+def test_two_jobs_share_a_receiver_and_each_completes_on_its_own():
+    # leaf-spine-16: job A h0 -> h4 from 0 s, job B h1 -> h4 from t_b; both end on h4's 400 G NIC link.
+    # Until t_b A alone gets 400 G; then 200 G each (max-min on leafA1 -> h4) until A ends, then B 400 G.
+    fab = topofile.load("leaf-spine-16")
+    size = 10**8
+    bits = size * 8
+    t_b = 0.5 * bits / 400e9
+    a = Job(TransferDag((Transfer(0, 1, size),), (0, 1)), Placement(("h0", "h4")))
+    b = Job(TransferDag((Transfer(0, 1, size),), (0, 1)), Placement(("h1", "h4")), start_s=t_b)
+    _, res = run("leaf-spine-16", [a, b])
+    a_left = bits - 400e9 * t_b  # A's bits at t_b
+    a_end = t_b + a_left / 200e9
+    b_end = a_end + (bits - 200e9 * (a_end - t_b)) / 400e9
+    assert list(res.job_end_s) == pytest.approx([a_end, b_end], rel=1e-9)
+    assert list(res.job_time_s) == pytest.approx([a_end, b_end - t_b], rel=1e-9)
+    assert res.transfer_index(1, 0) == 1
+
+
+def test_a_link_that_comes_back_takes_its_flows_back():
+    # as in the failure test, with the link back at t_r: from then on every flow is at 100 G again
+    size = 2**30
+    bits_per_flow = size / 4 * 8
+    t_f = 0.25 * bits_per_flow / 100e9
+    t_r = 2 * t_f
+    fab = topofile.load("leaf-spine-16")
+    _, res = run("leaf-spine-16", [leaf_to_leaf(fab, size)], options=SimOptions(channels=4),
+                 link_events=[LinkEvent(t_f, "leafA0", 1), LinkEvent(t_r, "leafA0", 1, up=True)])
+    # channels 0, 1 sent 100 G x t_f + 50 G x (t_r - t_f); channels 2, 3 sent 100 G x t_r: all at 100 G after
+    slow_end = t_r + (bits_per_flow - 100e9 * t_f - 50e9 * (t_r - t_f)) / 100e9
+    assert res.job_time_s[0] == pytest.approx(slow_end, rel=1e-9)
+    assert res.route_changes == 2
