@@ -303,7 +303,6 @@ def test_connections_are_the_replays_own(ports):
 def test_two_jobs_share_a_receiver_and_each_completes_on_its_own():
     # leaf-spine-16: job A h0 -> h4 from 0 s, job B h1 -> h4 from t_b; both end on h4's 400 G NIC link.
     # Until t_b A alone gets 400 G; then 200 G each (max-min on leafA1 -> h4) until A ends, then B 400 G.
-    fab = topofile.load("leaf-spine-16")
     size = 10**8
     bits = size * 8
     t_b = 0.5 * bits / 400e9
