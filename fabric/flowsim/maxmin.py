@@ -79,24 +79,26 @@ def max_min_rates(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray
     _check(n_flows, crossing_flow, crossing_link, capacity_bps)
     n_links = capacity_bps.size
     rate = np.zeros(n_flows)
-    frozen = np.zeros(n_flows, dtype=bool)
     room = capacity_bps.copy()  # capacity not yet given to frozen flows nor to the common level
     level = 0.0  # the rate every unfrozen flow has now
     flow, link = crossing_flow, crossing_link
+    count = np.bincount(link, minlength=n_links)  # unfrozen flows per link
     while flow.size:
-        count = np.bincount(link, minlength=n_links)  # unfrozen flows per link
         used = count > 0
         share = np.full(n_links, np.inf)
-        share[used] = room[used] / count[used]
-        step = float(share.min())
+        np.divide(room, count, out=share, where=used)
+        tight = int(share.argmin())
+        step = float(share[tight])
         level += step
         room[used] -= step * count[used]
         full = used & (room <= REL_TOL * capacity_bps)
-        done = np.unique(flow[full[link]])
-        rate[done] = level
-        frozen[done] = True
-        keep = ~frozen[flow]
-        flow, link = flow[keep], link[keep]
+        full[tight] = True  # the tightest is full whatever the rounding
+        newly = np.zeros(n_flows, dtype=bool)
+        newly[flow[full[link]]] = True
+        rate[newly] = level
+        gone = newly[flow]
+        count -= np.bincount(link[gone], minlength=n_links)
+        flow, link = flow[~gone], link[~gone]
     return rate
 
 
