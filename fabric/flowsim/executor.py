@@ -121,6 +121,7 @@ class _Run:
             n += len(j.dag)
         self.offsets = tuple(offsets)
         self.n = n
+        self.job_of = [j for j, job in enumerate(jobs) for _ in job.dag.transfers]  # transfer -> its job
         pairs = {(j.placement.host(t.src), j.placement.host(t.dst)) for j in jobs for t in j.dag.transfers}
         self.conns = plan_connections(fabric, policy.entropy, {p for p in pairs if p[0] != p[1]},
                                       channels=opts.channels, ports=opts.ports, seed=opts.seed)
@@ -161,7 +162,7 @@ class _Run:
 
     # ---- transfers -----------------------------------------------------------------------------
     def _where(self, g: int) -> tuple[Job, int]:
-        j = int(np.searchsorted(self.offsets, g, side="right")) - 1
+        j = self.job_of[g]
         return self.jobs[j], g - self.offsets[j]
 
     def _begin(self, g: int) -> None:
