@@ -188,6 +188,22 @@ def test_per_transfer_overhead_adds_once_per_ring_step():
     assert res.job_time_s[0] == pytest.approx(2 * (n - 1) * (size / n * 8 / 400e9 + overhead_s), rel=1e-9)
 
 
+def test_per_hop_latency_follows_the_slowest_link_of_the_ring():
+    # leaf-spine-16, 8 ranks on h0..h7: leafA0 holds h0..h3, leafA1 h4..h7. A ring transfer drains in
+    # D = (S/n) x 8 / 400 G on every pair (each host sends one transfer at a time over its own NIC, 2
+    # flows of 200 G; the two cross-leaf pairs have 2 x 400 G uplinks for 2 flows each). It is then
+    # delivered h x hops later: 2 hops inside a leaf (host-leaf, leaf-host), 4 across (+ up, + down).
+    # Host i's step k waits for its own step k-1 delivered (same connection) and for i-1's, so with
+    # e(i, k) its step-k delivery: e(3, k) = e(3, k-1) + D + 4h, and no host is slower than that
+    # chain: the collective takes 2(n-1) (D + 4h).
+    fab = topofile.load("leaf-spine-16")
+    n, size, per_hop_s = 8, 8 * 2**20, 1e-6
+    dag = schedule("all_reduce", size, list(range(n)), "ring")
+    _, res = run("leaf-spine-16", [Job(dag, one_rank_per_host(fab, n))], options=SimOptions(per_hop_s=per_hop_s))
+    drain_s = size / n * 8 / 400e9
+    assert res.job_time_s[0] == pytest.approx(2 * (n - 1) * (drain_s + 4 * per_hop_s), rel=1e-9)
+
+
 def test_cost_grows_with_events_not_simulated_time():
     fab = topofile.load("dual-plane-16")
     small = schedule("all_reduce", 2**20, list(range(16)), "ring")
