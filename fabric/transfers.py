@@ -96,3 +96,13 @@ class Placement:
 
     def __len__(self) -> int:
         return len(self.hosts)
+
+
+def split_bytes(size_bytes: int, parts: int) -> tuple[int, ...]:
+    """`size_bytes` cut into `parts` pieces that differ by at most one byte and sum to `size_bytes`."""
+    if parts < 1:
+        raise TransferError(f"cannot split {size_bytes} B into {parts} parts")
+    if size_bytes < 0:
+        raise TransferError(f"size_bytes must be >= 0, got {size_bytes}")
+    base, extra = divmod(size_bytes, parts)
+    return tuple(base + 1 if i < extra else base for i in range(parts))

@@ -68,7 +68,7 @@ from typing import Any
 
 import yaml
 
-from fabric.transfers import Placement, Transfer, TransferDag, TransferError
+from fabric.transfers import Placement, Transfer, TransferDag, TransferError, split_bytes
 from traffic.workload import KINDS
 
 #: The algorithms per collective kind; the first is what "auto" picks (see `resolve_algorithm`).
@@ -91,16 +91,6 @@ DEFAULT_PIPELINE_CHUNKS = 4
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 Ready = dict[int, tuple[int, ...]]  # rank -> the transfers whose delivery its data waits for
-
-
-def split_bytes(size_bytes: int, parts: int) -> tuple[int, ...]:
-    """`size_bytes` cut into `parts` pieces that differ by at most one byte and sum to `size_bytes`."""
-    if parts < 1:
-        raise TransferError(f"cannot split {size_bytes} B into {parts} parts")
-    if size_bytes < 0:
-        raise TransferError(f"size_bytes must be >= 0, got {size_bytes}")
-    base, extra = divmod(size_bytes, parts)
-    return tuple(base + 1 if i < extra else base for i in range(parts))
 
 
 class _Builder:

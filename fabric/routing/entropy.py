@@ -88,6 +88,13 @@ class EntropyPlan:
         return port
 
 
+def channel_sport(entropy: EntropyPlan, channel: int) -> int:
+    """The source port that puts channel `channel` in slot `channel` (mod the slots) at every deciding
+    tier: under default weights, the channel-th equal-cost next hop at every hop. (The replay's
+    planned ports and the simulator's use this one rule.)"""
+    return entropy.src_port_for({tier: channel % entropy.slots(tier) for tier in entropy.fields})
+
+
 def plan_entropy(table: PathTable) -> EntropyPlan:
     """Give each tier with ECMP decisions a bit field wide enough for twice its largest fan-out."""
     fab = table.fabric

@@ -35,7 +35,8 @@ from typing import Any, Sequence
 
 from fabric.errors import FabriclabError
 from fabric.model import Fabric
-from fabric.routing import EntropyPlan, PathTable, plan_entropy
+from fabric.routing import PathTable, plan_entropy
+from fabric.routing.entropy import channel_sport
 from fabric.transfers import Placement, TransferDag
 from traffic import collectives
 from traffic.workload import Collective, Workload
@@ -285,12 +286,6 @@ def _call_deps(step_calls: list[tuple[Collective, list[tuple[int, int]]]], base:
         last_on_stream[c.stream] = base + i
         deps.append(tuple(sorted(d)))
     return deps
-
-
-def channel_sport(entropy: EntropyPlan, channel: int) -> int:
-    """The source port that puts channel `channel` in slot `channel` (mod the slots) at every deciding
-    tier: under default weights, the channel-th equal-cost next hop at every hop."""
-    return entropy.src_port_for({tier: channel % entropy.slots(tier) for tier in entropy.fields})
 
 
 def choose_dilation(occurrences: list[tuple[int, float]], steps_cost_s: float) -> tuple[float, str]:

@@ -1,0 +1,35 @@
+"""The flow-level simulator: the scale backend (no root, no packets).
+
+It executes the same transfer DAGs (`fabric.transfers`) over the same model (`fabric.model`) and
+routing policy (`fabric.routing`) as the emulation replay, with every transfer a set of flows whose
+rates are max-min fair shares of the link capacities, recomputed at events only.
+
+- `maxmin`: max-min fair rates by progressive filling (vectorised, and a plain reference).
+- `connections`: host pair -> connections (NIC ports, plane, source port), the replay's rule.
+- `executor`: `simulate(fabric, policy, jobs, options=, link_events=)`, the event-driven run.
+- `result`: `FlowSimResult`, per-transfer and per-job times and per-link load over time, as arrays.
+
+The model in one line: fluid flows at fair shares on the policy's paths; no packets, queues, TCP
+dynamics or path latency, except as the overhead parameters of `SimOptions` (0 by default).
+"""
+from __future__ import annotations
+
+from fabric.flowsim.connections import Connection, plan_connections
+from fabric.flowsim.executor import Job, LinkEvent, SimOptions, directed_links, simulate
+from fabric.flowsim.maxmin import FlowSimError, incidence, max_min_rates, max_min_rates_reference
+from fabric.flowsim.result import FlowSimResult
+
+__all__ = [
+    "Connection",
+    "FlowSimError",
+    "FlowSimResult",
+    "Job",
+    "LinkEvent",
+    "SimOptions",
+    "directed_links",
+    "incidence",
+    "max_min_rates",
+    "max_min_rates_reference",
+    "plan_connections",
+    "simulate",
+]

@@ -1,0 +1,77 @@
+"""Which connections carry a host pair's transfers: NIC ports, planes and source ports.
+
+The same rule as the emulation replay (`traffic.replay.plan`), re-implemented here because
+`fabric` may not import `traffic`: every host pair that exchanges data gets `channels` connections
+per plane both hosts are in (in the sender's NIC order); a transfer is split evenly over its pair's
+connections (`fabric.transfers.split_bytes`). Source ports:
+- `planned`: connection c gets `fabric.routing.entropy.channel_sport(c)` (the one rule both use),
+  so under default weights channel c takes the c-th equal-cost next hop at every deciding tier;
+- `hashed`: drawn as the replay draws them, from `random.Random(seed)` in Linux's ephemeral range
+  32768..60999, pairs in order of (sender index, receiver index), NICs in order, channels in order,
+  drawing again if the (source address, source port, destination address) is taken. With the same
+  host pairs and seed, the replay and the simulator get the very same ports (for one lane: the
+  replay gives each stream of a trace its own set of connections; the simulator has one set).
+"""
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from fabric.flowsim.maxmin import FlowSimError
+from fabric.model import Fabric, NicPort
+from fabric.routing.entropy import EntropyPlan, channel_sport
+
+PORT_RULES = ("planned", "hashed")
+#: Linux's default ephemeral range (net.ipv4.ip_local_port_range), as the replay draws from it.
+HASHED_PORTS = (32768, 61000)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One transport connection: from NIC `src` to NIC `dst` (one plane) with source port `sport`."""
+
+    id: int
+    src: NicPort
+    dst: NicPort
+    channel: int
+    sport: int
+
+
+def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[tuple[str, str]], *, channels: int = 2,
+                     ports: str = "planned", seed: int = 0) -> dict[tuple[str, str], tuple[Connection, ...]]:
+    """(sender host, receiver host) -> its connections, for every pair in `pairs` (module docstring)."""
+    if channels < 1:
+        raise FlowSimError(f"channels must be >= 1, got {channels}")
+    if ports not in PORT_RULES:
+        raise FlowSimError(f"ports must be one of {PORT_RULES}, got {ports!r}")
+    index = {h.name: h.index for h in fabric.hosts}
+    for a, b in pairs:
+        for h in (a, b):
+            if h not in index:
+                raise FlowSimError(f"host {h!r} is not in fabric {fabric.name!r}")
+    rng = random.Random(seed)
+    used: set[tuple[str, int, str]] = set()
+    out: dict[tuple[str, str], tuple[Connection, ...]] = {}
+    n = 0
+    for a, b in sorted(set(pairs), key=lambda p: (index[p[0]], index[p[1]])):
+        conns = []
+        for nic in fabric.nics_of[a]:
+            peer = [m for m in fabric.nics_of[b] if m.plane == nic.plane]
+            if not peer:
+                continue
+            for ch in range(channels):
+                if ports == "planned":
+                    sport = channel_sport(entropy, ch)
+                else:
+                    while True:
+                        sport = rng.randrange(*HASHED_PORTS)
+                        if (str(nic.ip), sport, str(peer[0].ip)) not in used:
+                            break
+                used.add((str(nic.ip), sport, str(peer[0].ip)))
+                conns.append(Connection(n, nic, peer[0], ch, sport))
+                n += 1
+        if not conns:
+            raise FlowSimError(f"hosts {a} and {b} share no plane")
+        out[(a, b)] = tuple(conns)
+    return out

@@ -1,0 +1,348 @@
+"""The flow-level simulator: max-min fair rates, and transfer DAGs executed over the topology files.
+
+Expected values are worked out by hand in the comments (link rates from the topology files' numbers,
+ECMP choices from the documented entropy rule), or by an independent method: the bottleneck
+characterisation of max-min fairness, and (where scipy is installed) a linear-programming
+formulation."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from fabric import topofile
+from fabric.flowsim import (
+    FlowSimError,
+    Job,
+    LinkEvent,
+    SimOptions,
+    incidence,
+    max_min_rates,
+    max_min_rates_reference,
+    simulate,
+)
+from fabric.routing import EcmpPolicy, PathTable
+from fabric.transfers import Placement, Transfer, TransferDag
+from traffic.collectives import schedule
+
+G = 1e9
+
+
+def both(paths, caps):
+    """The vectorised and the reference rates, each checked against the other."""
+    flow, link = incidence(paths)
+    fast = max_min_rates(len(paths), flow, link, np.asarray(caps, dtype=float))
+    ref = max_min_rates_reference(paths, caps)
+    assert fast == pytest.approx(ref, rel=1e-9)
+    return list(fast)
+
+
+def is_max_min_fair(paths, caps, rates, rel=1e-7):
+    """Feasible, and every flow has a bottleneck: a full link on which no flow gets more than it
+    (the characterisation of the max-min fair allocation; independent of progressive filling)."""
+    load = [0.0] * len(caps)
+    for f, path in enumerate(paths):
+        for l in path:
+            load[l] += rates[f]
+    if any(load[l] > caps[l] * (1 + rel) for l in range(len(caps))):
+        return False
+    for f, path in enumerate(paths):
+        if not any(load[l] >= caps[l] * (1 - rel) and
+                   all(rates[g] <= rates[f] * (1 + rel) for g, p in enumerate(paths) if l in p) for l in path):
+            return False
+    return True
+
+
+# ---- max-min fair sharing --------------------------------------------------------------------------
+
+def test_two_flows_on_one_bottleneck_get_half_each():
+    # link 0: 10 Gbit/s, shared by both; link 1: 100 Gbit/s, only flow 1
+    assert both([[0], [0, 1]], [10 * G, 100 * G]) == pytest.approx([5 * G, 5 * G])
+
+
+def test_three_flows_over_two_bottlenecks():
+    # L0 = 10 G carries A and B; L1 = 16 G carries B and C.
+    # Level rises together: L0 fills at 10/2 = 5 (before L1 at 16/2 = 8), so A = B = 5 and freeze.
+    # L1 has 16 - 5 = 11 left, all for C: C = 11.
+    assert both([[0], [0, 1], [1]], [10 * G, 16 * G]) == pytest.approx([5 * G, 5 * G, 11 * G])
+
+
+def test_four_flows_three_levels():
+    # L0 = 3 carries a, b, c; L1 = 5 carries c, d; L2 = 12 carries d.
+    # Shares: L0 3/3 = 1, L1 5/2 = 2.5, L2 12/1: L0 fills first, a = b = c = 1.
+    # Then L1 has 5 - 1 = 4 for d alone, L2 has 12: d = 4.
+    assert both([[0], [0], [0, 1], [1, 2]], [3 * G, 5 * G, 12 * G]) == pytest.approx([1 * G, 1 * G, 1 * G, 4 * G])
+
+
+def random_case(rng: random.Random, n_flows: int, n_links: int) -> tuple[list[list[int]], list[float]]:
+    caps = [rng.choice([1, 2, 3, 5, 8, 10, 40]) * G for _ in range(n_links)]
+    paths = [sorted(rng.sample(range(n_links), rng.randint(1, min(4, n_links)))) for _ in range(n_flows)]
+    return paths, caps
+
+
+def test_vectorised_and_reference_agree_and_are_max_min_fair_on_random_cases():
+    rng = random.Random(7)
+    for _ in range(200):
+        paths, caps = random_case(rng, rng.randint(1, 12), rng.randint(1, 8))
+        rates = both(paths, caps)
+        assert is_max_min_fair(paths, caps, rates), (paths, caps, rates)
+
+
+def test_the_fairness_check_rejects_an_unfair_allocation():
+    # the three-flow case with C given only 8: feasible but C has no bottleneck
+    assert not is_max_min_fair([[0], [0, 1], [1]], [10 * G, 16 * G], [5 * G, 5 * G, 8 * G])
+    assert is_max_min_fair([[0], [0, 1], [1]], [10 * G, 16 * G], [5 * G, 5 * G, 11 * G])
+
+
+def lp_max_min(paths, caps):
+    """Max-min fair rates by iterated LPs: maximise the least unfrozen rate t; then each unfrozen
+    flow that cannot exceed t while the others keep t is frozen at t; repeat."""
+    linprog = pytest.importorskip("scipy.optimize").linprog
+    caps = np.asarray(caps) / G  # in Gbit/s: well scaled for the solver
+    n, m = len(paths), len(caps)
+    a_ub = np.zeros((m, n))
+    for f, path in enumerate(paths):
+        for l in path:
+            a_ub[l, f] = 1
+    fixed: dict[int, float] = {}
+    while len(fixed) < n:
+        free = [f for f in range(n) if f not in fixed]
+        # variables: rates r_0..r_{n-1}, then t; maximise t; r_f >= t for free f; r_f = fixed
+        a = np.hstack([a_ub, np.zeros((m, 1))])
+        rows = [np.eye(1, n + 1, f)[0] * -1 + np.eye(1, n + 1, n)[0] for f in free]  # t - r_f <= 0
+        # a frozen flow keeps its rate (less a hair, so rounding cannot make the rest infeasible)
+        held = [(fixed[f] * (1 - 1e-9), fixed[f]) if f in fixed else (0, None) for f in range(n)]
+        bounds = held + [(0, None)]
+        res = linprog(-np.eye(1, n + 1, n)[0], A_ub=np.vstack([a, *rows]), b_ub=np.concatenate([caps, np.zeros(len(free))]),
+                      bounds=bounds, method="highs")
+        assert res.status == 0
+        t = res.x[n]
+        for f in free:
+            # can f exceed t with every other free flow at >= t?
+            rows_f = [np.eye(1, n, g)[0] * -1 for g in free if g != f]
+            b_f = [-t * (1 - 1e-9)] * len(rows_f)
+            res_f = linprog(-np.eye(1, n, f)[0], A_ub=np.vstack([a_ub, *rows_f]) if rows_f else a_ub,
+                            b_ub=np.concatenate([caps, b_f]), bounds=held, method="highs")
+            assert res_f.status == 0
+            if res_f.x[f] <= t * (1 + 1e-7):
+                fixed[f] = t
+        assert len(fixed) > n - len(free)  # some flow froze this round
+    return [fixed[f] * G for f in range(n)]
+
+
+def test_progressive_filling_matches_iterated_linear_programs():
+    rng = random.Random(11)
+    for _ in range(25):
+        paths, caps = random_case(rng, rng.randint(2, 7), rng.randint(2, 5))
+        assert both(paths, caps) == pytest.approx(lp_max_min(paths, caps), rel=1e-6), (paths, caps)
+
+
+def test_max_min_rejects_a_flow_on_no_link_and_a_bad_capacity():
+    with pytest.raises(FlowSimError, match="flow 1 crosses no link"):
+        max_min_rates(2, np.array([0]), np.array([0]), np.array([1.0]))
+    with pytest.raises(FlowSimError, match="flow 0 crosses no link"):
+        max_min_rates_reference([[]], [1.0])
+    with pytest.raises(FlowSimError, match="capacity_bps must be > 0"):
+        max_min_rates(1, np.array([0]), np.array([0]), np.array([0.0]))
+
+
+# ---- executing DAGs over the topology files -------------------------------------------------------
+
+def run(topo, jobs, **kw):
+    fab = topofile.load(topo)
+    options = kw.pop("options", SimOptions())
+    return fab, simulate(fab, EcmpPolicy(PathTable(fab)), jobs, options=options, **kw)
+
+
+def one_rank_per_host(fab, n):
+    return Placement(tuple(h.name for h in fab.hosts[:n]))
+
+
+@pytest.mark.parametrize("topo, host_gbps", [
+    ("dual-plane-16", 2 * 200),  # two NIC ports of 200 G (one per plane); leaves non-blocking
+    ("leaf-spine-16", 400),  # one 400 G NIC; 4 x 400 G down, 4 x 400 G up per leaf
+])
+def test_ring_all_reduce_on_a_non_blocking_fabric_takes_2_n_minus_1_over_n_s_over_b(topo, host_gbps):
+    fab = topofile.load(topo)
+    n, size = 16, 64 * 2**20
+    dag = schedule("all_reduce", size, list(range(n)), "ring")
+    _, res = run(topo, [Job(dag, one_rank_per_host(fab, n))])
+    expected_s = 2 * (n - 1) / n * size * 8 / (host_gbps * 1e9)
+    assert res.job_time_s[0] == pytest.approx(expected_s, rel=1e-9)
+    assert res.stalled == ()
+    # every byte of every transfer crosses the sender's NIC link once
+    nic_bytes = sum(res.link_bytes()[res.link_index(nic.host, nic.switch)] for h in fab.hosts
+                    for nic in fab.nics_of[h.name])
+    assert nic_bytes == pytest.approx(dag.total_bytes, rel=1e-9)
+    assert res.link_utilisation().max() <= 1 + 1e-9
+
+
+def test_per_transfer_overhead_adds_once_per_ring_step():
+    fab = topofile.load("leaf-spine-16")
+    n, size, overhead_s = 8, 8 * 2**20, 5e-6
+    dag = schedule("all_reduce", size, list(range(n)), "ring")
+    _, res = run("leaf-spine-16", [Job(dag, one_rank_per_host(fab, n))],
+                 options=SimOptions(per_transfer_s=overhead_s))
+    # 2(n-1) steps one after another, each S/n at 400 G then the overhead
+    assert res.job_time_s[0] == pytest.approx(2 * (n - 1) * (size / n * 8 / 400e9 + overhead_s), rel=1e-9)
+
+
+def test_per_hop_latency_follows_the_slowest_link_of_the_ring():
+    # leaf-spine-16, 8 ranks on h0..h7: leafA0 holds h0..h3, leafA1 h4..h7. A ring transfer drains in
+    # D = (S/n) x 8 / 400 G on every pair (each host sends one transfer at a time over its own NIC, 2
+    # flows of 200 G; the two cross-leaf pairs have 2 x 400 G uplinks for 2 flows each). It is then
+    # delivered h x hops later: 2 hops inside a leaf (host-leaf, leaf-host), 4 across (+ up, + down).
+    # Host i's step k waits for its own step k-1 delivered (same connection) and for i-1's, so with
+    # e(i, k) its step-k delivery: e(3, k) = e(3, k-1) + D + 4h, and no host is slower than that
+    # chain: the collective takes 2(n-1) (D + 4h).
+    fab = topofile.load("leaf-spine-16")
+    n, size, per_hop_s = 8, 8 * 2**20, 1e-6
+    dag = schedule("all_reduce", size, list(range(n)), "ring")
+    _, res = run("leaf-spine-16", [Job(dag, one_rank_per_host(fab, n))], options=SimOptions(per_hop_s=per_hop_s))
+    drain_s = size / n * 8 / 400e9
+    assert res.job_time_s[0] == pytest.approx(2 * (n - 1) * (drain_s + 4 * per_hop_s), rel=1e-9)
+
+
+def test_cost_grows_with_events_not_simulated_time():
+    fab = topofile.load("dual-plane-16")
+    small = schedule("all_reduce", 2**20, list(range(16)), "ring")
+    large = schedule("all_reduce", 2**30, list(range(16)), "ring")
+    _, a = run("dual-plane-16", [Job(small, one_rank_per_host(fab, 16))])
+    _, b = run("dual-plane-16", [Job(large, one_rank_per_host(fab, 16))])
+    assert b.job_time_s[0] == pytest.approx(a.job_time_s[0] * 1024, rel=1e-6)
+    assert a.rate_updates == b.rate_updates == 2 * 15  # one per ring step (all flows of a step end together)
+
+
+def leaf_to_leaf(fab, size):
+    """h0..h3 (leafA0) each send `size` bytes to h4..h7 (leafA1) at once."""
+    return Job(TransferDag(tuple(Transfer(i, 4 + i, size) for i in range(4)), tuple(range(8))),
+               one_rank_per_host(fab, 8))
+
+
+def test_a_failed_uplink_moves_its_flows_and_lengthens_completion():
+    # leaf-spine-16, 4 channels per pair, planned ports: channel c is slot c, and slot c leaves leafA0
+    # by port c + 1 (spineA<c>). Per flow: the sender's 400 G NIC / 4 flows = 100 G; each 400 G uplink
+    # carries one flow per host: 4 x 100 G = 400 G, full but not over.
+    # At t_f leafA0's port 1 (to spineA0) fails; fast failover sends slot 0 to the first live port,
+    # spineA1: its uplink then carries 8 flows (channels 0 and 1 of each host): 400 / 8 = 50 G each.
+    # Channels 2 and 3: min(uplink 400 / 4 = 100, NIC (400 - 2 x 50) / 2 = 150) = 100 G.
+    size = 2**30
+    bits_per_flow = size / 4 * 8
+    t_f = 0.25 * bits_per_flow / 100e9  # a quarter of the way through
+    left = bits_per_flow - 100e9 * t_f
+    fab, healthy = run("leaf-spine-16", [leaf_to_leaf(topofile.load("leaf-spine-16"), size)],
+                       options=SimOptions(channels=4))
+    assert healthy.job_time_s[0] == pytest.approx(bits_per_flow / 100e9, rel=1e-9)
+    _, res = run("leaf-spine-16", [leaf_to_leaf(fab, size)], options=SimOptions(channels=4),
+                 link_events=[LinkEvent(t_f, "leafA0", 1)])
+    # channels 2, 3 end at t_f + left / 100 G; channels 0, 1 (still 50 G: the uplink binds) at t_f + left / 50 G
+    assert res.job_time_s[0] == pytest.approx(t_f + left / 50e9, rel=1e-9)
+    assert res.route_changes == 1
+    rates = res.link_rate_bps()
+    after = int(np.searchsorted(res.edges_s, t_f))  # the interval starting at t_f
+    assert res.edges_s[after] == pytest.approx(t_f)
+    up0, up1, up2 = (res.link_index("leafA0", f"spineA{k}") for k in (0, 1, 2))
+    assert rates[after - 1, [up0, up1, up2]] == pytest.approx([400e9, 400e9, 400e9])
+    assert rates[after, [up0, up1, up2]] == pytest.approx([0, 400e9, 400e9])
+    assert rates[after, res.link_index("h0", "leafA0")] == pytest.approx(300e9)  # 50 + 50 + 100 + 100
+
+
+def test_a_host_link_down_for_good_stalls_its_transfer():
+    fab = topofile.load("leaf-spine-16")
+    _, res = run("leaf-spine-16", [leaf_to_leaf(fab, 2**20)], link_events=[LinkEvent(0.0, "leafA0", 5)])
+    assert res.stalled == (0,)  # h0 (leafA0 port 5) -> h4 has no way out; the others finish
+    assert np.isnan(res.job_end_s[0])
+    assert not np.isnan(res.transfer_end_s[1:]).any()
+
+
+def test_hashed_source_ports_collide_as_counted_by_hand():
+    # leaf-spine-16, one connection per pair, ports drawn as the replay draws them: random.Random(seed),
+    # randrange(32768, 61000), pairs in host order (h0->h4, h1->h5, h2->h6, h3->h7). The leaf tier's
+    # slot is (port >> 1) & 15 and slot s leaves by spine s mod 4. k flows on one spine share its
+    # 400 G uplink: 400 / k each (the NIC, 400 G, never binds), until they end together; flows on
+    # other spines do not touch them. So transfer i takes size x 8 / (400 G / k_i).
+    size = 2**24
+    fab = topofile.load("leaf-spine-16")
+    collided = 0
+    for seed in range(8):
+        rng = random.Random(seed)
+        spine = [((rng.randrange(32768, 61000) >> 1) & 15) % 4 for _ in range(4)]
+        k = [spine.count(s) for s in spine]
+        collided += max(k) > 1
+        _, res = run("leaf-spine-16", [leaf_to_leaf(fab, size)], options=SimOptions(channels=1, ports="hashed",
+                                                                                    seed=seed))
+        expected = [size * 8 / (400e9 / k[i]) for i in range(4)]
+        assert list(res.transfer_end_s) == pytest.approx(expected, rel=1e-9), (seed, spine)
+    assert collided >= 2  # the seeds do exercise collisions
+
+
+def test_jobs_start_at_their_time_and_local_transfers_take_no_time():
+    # ranks 0 and 1 on h0, rank 2 on h4: 0 -> 1 local, then 1 -> 2 over the network (400 G / 2 flows)
+    dag = TransferDag((Transfer(0, 1, 10**6), Transfer(1, 2, 10**6, deps=(0,))), (0, 1, 2))
+    _, res = run("leaf-spine-16", [Job(dag, Placement(("h0", "h0", "h4")), start_s=1.0)])
+    assert list(res.transfer_start_s) == [1.0, 1.0]
+    assert res.transfer_end_s[1] == pytest.approx(1.0 + 10**6 * 8 / 400e9, rel=1e-12)
+    assert res.job_time_s[0] == pytest.approx(10**6 * 8 / 400e9, rel=1e-9)
+
+
+def test_bad_inputs_are_errors_naming_the_item():
+    fab = topofile.load("leaf-spine-16")
+    dag = TransferDag((Transfer(0, 1, 1),), (0, 1))
+    with pytest.raises(FlowSimError, match="'nowhere', not a host"):
+        run("leaf-spine-16", [Job(dag, Placement(("h0", "nowhere")))])
+    with pytest.raises(FlowSimError, match="overheads must be >= 0"):
+        run("leaf-spine-16", [Job(dag, one_rank_per_host(fab, 2))], options=SimOptions(per_hop_s=-1))
+    other = topofile.load("dual-plane-16")
+    with pytest.raises(FlowSimError, match="policy routes fabric 'dual-plane-16'"):
+        simulate(fab, EcmpPolicy(PathTable(other)), [Job(dag, one_rank_per_host(fab, 2))])
+
+
+@pytest.mark.parametrize("ports", ["planned", "hashed"])
+def test_connections_are_the_replays_own(ports):
+    # the simulator re-implements the replay's rule (fabric may not import traffic): same host pairs,
+    # NICs, planes and source ports as the replay's plan, for its ring on dual-plane-16
+    from fabric.flowsim import plan_connections
+    from tests.test_replay import DP16, coll, workload
+    from traffic.replay import ReplayOptions, plan_replay
+
+    plan = plan_replay(workload([coll(size=16_000_000, n=16)], n=16), DP16,
+                       ReplayOptions(channels=2, dilation=1000, ports=ports, seed=3))
+    replay = {(c.src_host, c.dst_host, c.src_ip, c.dst_ip, c.sport) for c in plan.connections}
+    ours = plan_connections(DP16, EcmpPolicy(PathTable(DP16)).entropy, {(c.src_host, c.dst_host)
+                                                                        for c in plan.connections},
+                            channels=2, ports=ports, seed=3)
+    assert {(a, b, str(c.src.ip), str(c.dst.ip), c.sport) for (a, b), cs in ours.items() for c in cs} == replay
+    assert len(replay) == 16 * 2 * 2  # 16 ring pairs x 2 planes x 2 channels
+
+
+def test_two_jobs_share_a_receiver_and_each_completes_on_its_own():
+    # leaf-spine-16: job A h0 -> h4 from 0 s, job B h1 -> h4 from t_b; both end on h4's 400 G NIC link.
+    # Until t_b A alone gets 400 G; then 200 G each (max-min on leafA1 -> h4) until A ends, then B 400 G.
+    size = 10**8
+    bits = size * 8
+    t_b = 0.5 * bits / 400e9
+    a = Job(TransferDag((Transfer(0, 1, size),), (0, 1)), Placement(("h0", "h4")))
+    b = Job(TransferDag((Transfer(0, 1, size),), (0, 1)), Placement(("h1", "h4")), start_s=t_b)
+    _, res = run("leaf-spine-16", [a, b])
+    a_left = bits - 400e9 * t_b  # A's bits at t_b
+    a_end = t_b + a_left / 200e9
+    b_end = a_end + (bits - 200e9 * (a_end - t_b)) / 400e9
+    assert list(res.job_end_s) == pytest.approx([a_end, b_end], rel=1e-9)
+    assert list(res.job_time_s) == pytest.approx([a_end, b_end - t_b], rel=1e-9)
+    assert res.transfer_index(1, 0) == 1
+
+
+def test_a_link_that_comes_back_takes_its_flows_back():
+    # as in the failure test, with the link back at t_r: from then on every flow is at 100 G again
+    size = 2**30
+    bits_per_flow = size / 4 * 8
+    t_f = 0.25 * bits_per_flow / 100e9
+    t_r = 2 * t_f
+    fab = topofile.load("leaf-spine-16")
+    _, res = run("leaf-spine-16", [leaf_to_leaf(fab, size)], options=SimOptions(channels=4),
+                 link_events=[LinkEvent(t_f, "leafA0", 1), LinkEvent(t_r, "leafA0", 1, up=True)])
+    # channels 0, 1 sent 100 G x t_f + 50 G x (t_r - t_f); channels 2, 3 sent 100 G x t_r: all at 100 G after
+    slow_end = t_r + (bits_per_flow - 100e9 * t_f - 50e9 * (t_r - t_f)) / 100e9
+    assert res.job_time_s[0] == pytest.approx(slow_end, rel=1e-9)
+    assert res.route_changes == 2
