@@ -20,7 +20,10 @@ Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to
 from its memo returns the same tuple of moves each time, and its changes are built once for it
 (`precompute_failures` prepares every single link failure at start). The core owns the counters and the
 rates computed from them (bits per second), which it hands to the policy; decisions, link states
-and the event log are the policy's.
+and the event log are the policy's. Congestion is decided at every port sample (port rates over
+>= `port_window_s`), on the last known slot rates (over >= `flow_window_s`) and presumed rates for
+slots that just started (`newcomers`); a link turning hot asks its relievers for flow statistics at
+once (`urgent_flow_dpids`), and their reply is decided on at once (`on_slot_rates`).
 """
 from __future__ import annotations
 

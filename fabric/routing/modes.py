@@ -7,7 +7,9 @@
 - `adaptive`: `ecmp`, plus fabric-wide failover (a link going down removes every choice, anywhere,
   whose paths all cross it; it coming back restores them) and congestion-aware moves (a hot link
   moves one of the elephants sharing it to the alternative path with the fewest elephants; see
-  `AdaptivePolicy._relieve`). Slots an operator pinned keep their port whenever it is alive.
+  `AdaptivePolicy._relieve`; then that decision point and that link are left alone for `hold_s`,
+  while the samples that follow confirm the move). Slots an operator pinned keep their port
+  whenever it is alive.
 
 Both reactions are lookups in the path table's precomputed indexes (`crossing`/`via` for liveness,
 `segment`/`segments_through` for the links a slot surely crosses), not graph searches. A move
