@@ -69,6 +69,7 @@ def test_long_lived_elephants_colliding_are_split_within_five_port_polls_on_old_
     fluid.flows = [Flow(f.src, f.dst, f.src_port) for f in capped]
     n = polls_until_a_move(fluid, 10)
     assert n is not None and n <= 5, n
+    assert n == 2  # by hand, above
     # decided on the port sample, with the slot rates of the flow poll 0.5 s before
     assert fluid.moves_on_port_samples == 1 and fluid.moves_on_flow_replies == 0
     assert fluid.last_flow_poll_s == pytest.approx(1.0)
@@ -98,6 +99,7 @@ def test_brand_new_elephants_are_split_on_the_urgent_flow_poll_within_five_port_
     assert [uplink(fluid, f) for f in fluid.flows] == [UP1, UP1]
     n = polls_until_a_move(fluid, 10)
     assert n is not None and n <= 5, n
+    assert n == 4  # by hand, above
     assert fluid.moves_on_flow_replies == 1 and fluid.moves_on_port_samples == 0
     (move,) = congestion_moves(core)
     assert (move.switch, move.dest, move.old_port, move.new_port, move.slot) == ("leafA0", "leafA3", 1, 2, 0)
@@ -168,3 +170,23 @@ def test_a_move_whose_effect_does_not_show_is_not_repeated_within_the_hold():
         fluid.round(POLL_S)
     moves = congestion_moves(core)
     assert len(moves) == 2 and moves[0].dest != moves[1].dest
+
+
+def test_a_newcomer_is_presumed_an_elephant_only_after_ten_full_size_packets():
+    fab, core, fake = bench()
+    p = core.policy
+    p.on_loads({UP1: UPLINK_BPS}, {}, 1.0)
+    assert p.hot_links() == (UP1,)
+    known = {("leafA0", "leafA3", 4): 0.5 * UPLINK_BPS}  # one known elephant on uplink 1 (slot 4: port 1)
+    # slot 0 sent 14,999 bytes since it started (a handshake and a little more): nothing presumed
+    assert p.presume_newcomers(known, {("leafA0", "leafA3", 0): 14_999}) == known
+    # newcomers slot 0 (30 kB) and slot 2 (10 kB: too little) and one known elephant share the
+    # full link: newcomers' pool 1/2 of it, all to slot 0; slot 1 (30 kB) crosses uplink 2, not hot
+    got = p.presume_newcomers(known, {("leafA0", "leafA3", 0): 30_000, ("leafA0", "leafA3", 2): 10_000,
+                                      ("leafA0", "leafA3", 1): 30_000})
+    assert got == {**known, ("leafA0", "leafA3", 0): pytest.approx(0.5 * UPLINK_BPS)}
+    # two qualifying newcomers, 30 kB and 15 kB, next to the known one: their pool is 2/3 of the
+    # link, split 2:1 -> 4/9 and 2/9 of it
+    got = p.presume_newcomers(known, {("leafA0", "leafA3", 0): 30_000, ("leafA0", "leafA3", 2): 15_000})
+    assert got[("leafA0", "leafA3", 0)] == pytest.approx(4 / 9 * UPLINK_BPS)
+    assert got[("leafA0", "leafA3", 2)] == pytest.approx(2 / 9 * UPLINK_BPS)

@@ -63,6 +63,9 @@ class RouterConfig:
     hold_s: float = 0.2  # after a congestion move, leave that decision point and that hot link alone this long
     ewma_alpha: float = 0.5  # weight of the newest rate sample
     min_move_share: float = 0.05  # slots below this share of a link are mice: not counted, not moved
+    # a slot that just started is presumed an elephant only once it has sent this much (ten full-size
+    # packets): a connection's first packets (a control connection's handshake) are not an elephant
+    min_newcomer_bytes: int = 15000
 
     def __post_init__(self) -> None:
         if not 0 < self.cool_util < self.hot_util:
@@ -73,6 +76,8 @@ class RouterConfig:
             raise RoutingError(f"hold_s must be >= 0, got {self.hold_s}")
         if not 0 <= self.min_move_share < 1:
             raise RoutingError(f"min_move_share must be in [0, 1), got {self.min_move_share}")
+        if self.min_newcomer_bytes < 0:
+            raise RoutingError(f"min_newcomer_bytes must be >= 0, got {self.min_newcomer_bytes}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -608,8 +613,8 @@ class RoutingPolicy:
     def presume_newcomers(self, slot_rates_bps: dict[SlotKey, float], newcomers_bytes: dict[SlotKey, int]
                           ) -> dict[SlotKey, float]:
         """`slot_rates_bps` with a presumed rate for each slot that has just started sending
-        (`newcomers_bytes`: slot -> bytes counted since it started), whose rate over a full flow-counter
-        window is not known yet, on the hot links it crosses.
+        (`newcomers_bytes`: slot -> bytes counted since it started, at least `min_newcomer_bytes`),
+        whose rate over a full flow-counter window is not known yet, on the hot links it crosses.
 
         On a hot link the newcomers are presumed to take their fair share of the link's rate next to
         the elephants already known there, as TCP flows would (n_new / (n_known + n_new) of it), split
@@ -633,7 +638,7 @@ class RoutingPolicy:
         crossing: dict[SlotKey, list[DirectedLink]] = {}
         for key, n_bytes in newcomers_bytes.items():
             sw, dest, s = key
-            if n_bytes <= 0 or (sw, dest) not in slots or s >= len(slots[(sw, dest)]):
+            if n_bytes < max(1, self.config.min_newcomer_bytes) or (sw, dest) not in slots or s >= len(slots[(sw, dest)]):
                 continue
             links = [l for l in self.slot_links(sw, dest, s) if l in hot]
             if links:
