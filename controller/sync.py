@@ -8,7 +8,7 @@ On (re)connect a switch is resynchronised, not wiped:
 Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics every
 `flow_poll_s`, and every `hot_flow_poll_s` while the core wants this switch's per-slot rates (a hot
 link downstream), and at once when a link downstream has just turned hot (the core's
-`urgent_flow_dpids`; the reply is decided on at once). A request still unanswered is not repeated until `reply_timeout_s` has passed, so
+`urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once). A request still unanswered is not repeated until `reply_timeout_s` has passed, so
 a slow switch is not buried under requests.
 
 Every method takes the event's primitives and `now` (monotonic seconds) and returns the OpenFlow
@@ -39,6 +39,7 @@ class PollConfig:
     poll_s: float = 0.01  # port statistics, every switch
     flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
     hot_flow_poll_s: float = 0.25  # ... and this often where a link is hot
+    urgent_flow_poll_s: float = 0.05  # ... and at once where one turns hot, if none was asked this recently
     reply_timeout_s: float = 1.0  # re-ask after this long without a reply
 
 
@@ -150,7 +151,9 @@ class DatapathSync:
         if self.dpid in self.core.port_poll_dpids and self._ready(self._port_poll, cfg.poll_s, now):
             out.append((self.dpid, self._ask(self._port_poll, ofmsg.port_stats_request(), now)))
         urgent = self.dpid in self.core.urgent_flow_dpids
-        flow_every_s = 0.0 if urgent else cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
+        # a link at the hysteresis' edge may turn hot again and again: at most one urgent request per
+        # `urgent_flow_poll_s`
+        flow_every_s = cfg.urgent_flow_poll_s if urgent else cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
         if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):
             self.core.urgent_flow_dpids.discard(self.dpid)
             out.append((self.dpid, self._ask(self._flow_poll, ofmsg.ecmp_flows_request(), now)))

@@ -184,3 +184,10 @@ def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_t
     assert [(m.switch, m.dest, m.old_port, m.cause) for m in moves] == [("leafA0", "leafA3", 1, "congestion")]
     assert moves[0].slot in (0, 4) and moves[0].new_port != 1
     assert {dpid for dpid, _ in out} == {fab.switch_by_name["leafA0"].dpid}
+    # a link at the hysteresis' edge turning hot again 20 ms later: the next urgent request waits
+    # until 50 ms (`urgent_flow_poll_s`) after the last one
+    dpid = fab.switch_by_name["leafA0"].dpid
+    core.urgent_flow_dpids.add(dpid)
+    assert not any(isinstance(m, parser.OFPFlowStatsRequest) for _, m in leaf.due(1.25, hot=True))
+    assert any(isinstance(m, parser.OFPFlowStatsRequest) for _, m in leaf.due(1.28, hot=True))
+    assert not core.urgent_flow_dpids
