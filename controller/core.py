@@ -460,6 +460,8 @@ class ControllerCore:
 
     def newcomers(self, now: float) -> dict[tuple[str, str, int], int]:
         """Slots that started sending less than `flow_window_s` ago -> bytes they sent since."""
+        if not self._newcomers:
+            return {}
         window_s = self.slot_rates.min_window_s
         for slot in [k for k, (t, _) in self._newcomers.items() if now - t >= window_s]:
             del self._newcomers[slot]
@@ -473,7 +475,7 @@ class ControllerCore:
         started = time.perf_counter()
         p = self.policy
         was_hot = set(p.hot_links())
-        moves = p.on_loads(port_rates_bps, self._slot_rates_now(now), now)
+        moves = p.on_loads(port_rates_bps, self.last_slot_rates_bps, now, self.newcomers(now))
         for link in p.hot_links():
             if link not in was_hot:
                 self.urgent_flow_dpids |= self._relievers(link)
@@ -485,12 +487,7 @@ class ControllerCore:
         if not self.policy.hot_links():
             return []
         started = time.perf_counter()
-        return self._apply(self.policy.on_loads({}, self._slot_rates_now(now), now), started)
-
-    def _slot_rates_now(self, now: float) -> dict[tuple[str, str, int], float]:
-        if not self._newcomers:
-            return self.last_slot_rates_bps
-        return self.policy.presume_newcomers(self.last_slot_rates_bps, self.newcomers(now))
+        return self._apply(self.policy.on_loads({}, self.last_slot_rates_bps, now, self.newcomers(now)), started)
 
     def on_manual_move(self, switch: str, dest: str, slot: int, port: int, now: float) -> list[Changes]:
         """An operator puts one slot on a chosen next hop (a planned, lossless move) and pins it there

@@ -8,8 +8,9 @@ On (re)connect a switch is resynchronised, not wiped:
 Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics every
 `flow_poll_s`, and every `hot_flow_poll_s` while the core wants this switch's per-slot rates (a hot
 link downstream), and at once when a link downstream has just turned hot (the core's
-`urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once). A request still unanswered is not repeated until `reply_timeout_s` has passed, so
-a slow switch is not buried under requests.
+`urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once). A request
+still unanswered is not repeated until `reply_timeout_s` has passed, so a slow switch is not buried
+under requests.
 
 Every method takes the event's primitives and `now` (monotonic seconds) and returns the OpenFlow
 messages to send as (dpid, message) pairs (built without a datapath, each request with its

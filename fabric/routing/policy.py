@@ -588,8 +588,10 @@ class RoutingPolicy:
             yield moves
 
     def on_loads(self, port_rates_bps: dict[DirectedLink, float], slot_rates_bps: dict[SlotKey, float],
-                 now: float) -> list[SlotMove]:
-        """Fold in measured egress rates per directed link (bits/s) and per slot; return moves."""
+                 now: float, newcomers_bytes: dict[SlotKey, int] | None = None) -> list[SlotMove]:
+        """Fold in measured egress rates per directed link (bits/s) and per slot; return moves.
+        Slots that just started (`newcomers_bytes`) get presumed rates on the links hot after this
+        sample (`presume_newcomers`)."""
         started = time.perf_counter()
         cfg = self.config
         for link, rate in port_rates_bps.items():
@@ -603,6 +605,8 @@ class RoutingPolicy:
                 load.hot = False
             elif not load.hot and util >= cfg.hot_util:
                 load.hot = True
+        if newcomers_bytes:
+            slot_rates_bps = self.presume_newcomers(slot_rates_bps, newcomers_bytes)
         moves = self._keep_pins(self.react_to_loads(slot_rates_bps, now), (), "congestion")
         if moves:
             self._new_state()
