@@ -148,11 +148,6 @@ class CounterRates:
             return None
         return (value - old_value) / (now - old_t)
 
-    def window_start(self, key: object) -> float | None:
-        """Where the window of `key`'s latest rate starts (on the counters' clock)."""
-        hist = self._hist.get(key)
-        return hist[0][1] if hist and len(hist) > 1 else None
-
 
 def cover_switches(fabric: Fabric) -> list[str]:
     """Switches whose ports see every link: every switch with hosts, then (greedily) the switch with
@@ -221,8 +216,7 @@ class ControllerCore:
         #: relievers of a link that has just turned hot, so slots that started too recently for a
         #: windowed rate are seen in the reply, and the decision is made on it
         self.urgent_flow_dpids: set[int] = set()
-        # (switch, flow key) -> its last byte count and its duration then (the switch's clock)
-        self._flow_seen: dict[tuple[str, object], tuple[int, float]] = {}
+        self._flow_seen: dict[tuple[str, object], int] = {}  # (switch, flow key) -> its last byte count
         # slots that started sending while their windowed rate was 0: slot -> (when, bytes since)
         self._newcomers: dict[tuple[str, str, int], tuple[float, int]] = {}
         self.decision_observers: list[Callable[[float], None]] = []
@@ -423,10 +417,9 @@ class ControllerCore:
         """Fold one switch's table-1 flow counters in: (flow, bytes, the flow's own duration in s).
         Returns per-slot rates (bits/s) over windows of at least `flow_window_s` and remembers them
         as the last known slot rates. With `now`, a slot whose counters rose while its last known
-        rate was 0, and whose new windowed rate reaches back before it was last seen idle (so is
-        diluted by idle time), is a newcomer for `flow_window_s` (then its windowed rate covers its
-        activity only): `newcomers` gives the bytes it sent since, from which the policy presumes
-        its rate."""
+        rate was 0 is a newcomer for `flow_window_s`: its windowed rates until then are diluted by
+        the idle time before it started (they cover its activity only afterwards). `newcomers`
+        gives the bytes it sent since, from which the policy presumes its rate."""
         name = self.switch_name(dpid)
         rates: dict[tuple[str, str, int], float] = {}
         if name is None:
@@ -439,23 +432,19 @@ class ControllerCore:
             if rate is not None:
                 rates[slot] = rates.get(slot, 0.0) + rate * 8
             if now is not None:
-                self._note_activity(slot, (name, flow.key), n_bytes, duration_s, rate is None, now)
+                self._note_activity(slot, (name, flow.key), n_bytes, now)
         self.last_slot_rates_bps.update(rates)
         return rates
 
-    def _note_activity(self, slot: tuple[str, str, int], flow: tuple[str, object], n_bytes: int,
-                       duration_s: float, no_rate: bool, now: float) -> None:
-        seen = self._flow_seen.get(flow)
-        self._flow_seen[flow] = (n_bytes, duration_s)
-        if seen is None or n_bytes <= seen[0]:
+    def _note_activity(self, slot: tuple[str, str, int], flow: tuple[str, object], n_bytes: int, now: float) -> None:
+        before = self._flow_seen.get(flow)
+        self._flow_seen[flow] = n_bytes
+        if before is None or n_bytes <= before:
             return
-        before, idle_at = seen
         got = self._newcomers.get(slot)
         if got is not None and now - got[0] < self.slot_rates.min_window_s:
             self._newcomers[slot] = (got[0], got[1] + n_bytes - before)
-            return
-        start = self.slot_rates.window_start(flow)
-        if self.last_slot_rates_bps.get(slot, 0.0) == 0.0 and (no_rate or start is None or start < idle_at):
+        elif self.last_slot_rates_bps.get(slot, 0.0) == 0.0:
             self._newcomers[slot] = (now, n_bytes - before)
 
     def newcomers(self, now: float) -> dict[tuple[str, str, int], int]:

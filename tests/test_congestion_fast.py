@@ -53,26 +53,28 @@ def polls_until_a_move(fluid, limit):
 
 def test_long_lived_elephants_colliding_are_split_within_five_port_polls_on_old_slot_rates():
     fab, core, fake = bench()
-    # two senders that offer 4 Mbit/s each share uplink 1 (0.8 of it: not hot) for 1.5 s; the flow
-    # poll at 1.0 s gives their slot rates (4 Mbit/s over the 1 s window)
+    # two senders that offer 4 Mbit/s each share uplink 1 (0.8 of it: not hot) for 2.5 s; the flow
+    # polls at 1 s and 2 s give their slot rates (4 Mbit/s over 1 s windows); they are long-lived,
+    # no longer newcomers (a slot is one for a flow window after it was first seen sending)
     capped = [Flow("h0", "h6", 49152, max_bps=0.4 * UPLINK_BPS), Flow("h1", "h7", 49156, max_bps=0.4 * UPLINK_BPS)]
     fluid = Fluid(core, fake, capped, SCALE, flow_poll_s=1.0)
     assert [uplink(fluid, f) for f in capped] == [UP1, UP1]
-    for _ in range(15):
+    for _ in range(25):
         fluid.round(0.1)
     assert congestion_moves(core) == [] and UP1 not in core.policy.hot_links()
+    assert core.newcomers(fluid.now) == {}
     assert core.last_slot_rates_bps[("leafA0", "leafA3", 0)] == pytest.approx(0.4 * UPLINK_BPS)
     assert core.last_slot_rates_bps[("leafA0", "leafA3", 2)] == pytest.approx(0.4 * UPLINK_BPS)
-    # onset at 1.5 s: both send as fast as they can; uplink 1 runs full (5 Mbit/s each). By hand:
-    # poll 1 (window 1.4-1.51 s): (0.8 * 0.1 + 1.0 * 0.01) / 0.11 = 0.818, EWMA 0.809;
-    # poll 2 (window 1.5-1.52 s): 1.0, EWMA 0.905 >= 0.9: hot, and a move at once. Bound: 5 polls.
+    # onset at 2.5 s: both send as fast as they can; uplink 1 runs full (5 Mbit/s each). By hand:
+    # poll 1 (window 2.4-2.51 s): (0.8 * 0.1 + 1.0 * 0.01) / 0.11 = 0.818, EWMA 0.809;
+    # poll 2 (window 2.5-2.52 s): 1.0, EWMA 0.905 >= 0.9: hot, and a move at once. Bound: 5 polls.
     fluid.flows = [Flow(f.src, f.dst, f.src_port) for f in capped]
     n = polls_until_a_move(fluid, 10)
     assert n is not None and n <= 5, n
     assert n == 2  # by hand, above
     # decided on the port sample, with the slot rates of the flow poll 0.5 s before
     assert fluid.moves_on_port_samples == 1 and fluid.moves_on_flow_replies == 0
-    assert fluid.last_flow_poll_s == pytest.approx(1.0)
+    assert fluid.last_flow_poll_s == pytest.approx(2.0)
     (move,) = congestion_moves(core)
     assert (move.switch, move.dest, move.old_port, move.new_port) == ("leafA0", "leafA3", 1, 2)
     assert move.slot in (0, 2)
@@ -190,3 +192,24 @@ def test_a_newcomer_is_presumed_an_elephant_only_after_ten_full_size_packets():
     got = p.presume_newcomers(known, {("leafA0", "leafA3", 0): 30_000, ("leafA0", "leafA3", 2): 15_000})
     assert got[("leafA0", "leafA3", 0)] == pytest.approx(4 / 9 * UPLINK_BPS)
     assert got[("leafA0", "leafA3", 2)] == pytest.approx(2 / 9 * UPLINK_BPS)
+
+
+def test_a_slot_is_a_newcomer_from_when_it_is_first_seen_sending_for_one_flow_window():
+    fab, core, _ = bench()
+    dpid = fab.switch_by_name["leafA0"].dpid
+    f0, f2 = (core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 2))
+    s0, s2 = ("leafA0", "leafA3", 0), ("leafA0", "leafA3", 2)
+    core.on_flow_counters(dpid, [(f0, 0, 10.0), (f2, 0, 10.0)], 1.0)
+    core.on_flow_counters(dpid, [(f0, 0, 11.0), (f2, 100_000, 11.0)], 2.0)  # slot 2 sent 100 kB: 0.8 Mbit/s
+    assert core.last_slot_rates_bps == {s0: 0.0, s2: pytest.approx(800_000.0)}
+    assert core.newcomers(2.0) == {s2: 100_000}  # its rate was 0 before: the 1 s window is diluted
+    core.on_flow_counters(dpid, [(f0, 20_000, 11.3), (f2, 150_000, 11.3)], 2.3)
+    assert core.newcomers(2.3) == {s2: 150_000, s0: 20_000}
+    assert core.newcomers(2.999) == {s2: 150_000, s0: 20_000}
+    assert core.newcomers(3.0) == {s0: 20_000}  # slot 2's window now covers its activity only
+    # slot 2 sending on with a known rate is no newcomer; idle for a window, then sending, it is again
+    core.on_flow_counters(dpid, [(f0, 20_000, 12.3), (f2, 250_000, 12.3)], 3.3)
+    core.on_flow_counters(dpid, [(f0, 20_000, 13.3), (f2, 250_000, 13.3)], 4.3)
+    assert core.newcomers(4.3) == {} and core.last_slot_rates_bps[s2] == 0.0
+    core.on_flow_counters(dpid, [(f0, 20_000, 13.4), (f2, 260_000, 13.4)], 4.4)
+    assert core.newcomers(4.4) == {s2: 10_000}
