@@ -5,9 +5,12 @@
 Fabric: dual-plane, 8 hosts, 2 per leaf, 2 spines per plane, leaf uplinks 2:1 oversubscribed (100G,
 10 Mbit/s emulated; host NICs 20 Mbit/s). Two TCP flows leafA0 -> leafA3 start together with source
 ports in slots 0 and 2, so both take uplink 1 (spineA0) and share its 10 Mbit/s. Measured per trial:
-- onset -> decision: flows start -> the controller's congestion move (its event log, wall clock);
-- decision -> first packet on the new path: -> leafA0's uplink 2 counter starts rising (polled with
-  ovs-ofctl every few ms);
+- onset -> decision: the shared uplink first runs overloaded (its tx counter, polled with ovs-ofctl
+  every few ms, shows >= 90% of its 10 Mbit/s over >= 20 ms: what the controller's port rates see)
+  -> the controller's congestion move (its event log; both clocks are the system's monotonic one);
+- start -> decision: the iperf3 clients are started -> the move (includes their start-up and TCP's
+  slow start);
+- decision -> first packet on the new path: -> leafA0's uplink 2 counter starts rising;
 - throughput delivered to the two receivers (leafA3's host ports) over the last 4 s, against the
   same scenario under `ecmp`, where both flows stay on the shared uplink (the "before" state).
 Every trial runs on a fresh fabric with the same ecmp (`--baseline`) or adaptive controller.
@@ -37,6 +40,21 @@ def uplink2_bytes() -> int:
     return tx_bytes("leafA0", 2)
 
 
+UPLINK_BPS = 10e6  # 100G at 0.1 Mbit/s per Gbit/s
+OVERLOAD_UTIL = 0.9  # the controller's default --hot-util
+OVERLOAD_SPAN_S = 0.02  # the controller's default --port-window-ms
+
+
+def overloaded(samples: list[tuple[float, int]]) -> bool:
+    """Whether the newest samples (time, tx bytes) of the shared uplink show it >= 90% busy over
+    at least 20 ms."""
+    t, n = samples[-1]
+    for t0, n0 in reversed(samples[:-1]):
+        if t - t0 >= OVERLOAD_SPAN_S:
+            return (n - n0) * 8 / (t - t0) >= OVERLOAD_UTIL * UPLINK_BPS
+    return False
+
+
 def delivered() -> int:
     """Bytes leafA3 has handed to h6 and h7 (its ports 3 and 4)."""
     return tx_bytes("leafA3", 3) + tx_bytes("leafA3", 4)
@@ -49,15 +67,19 @@ def trial(routing: str, seconds: float) -> dict[str, float]:
         if em is None or ctl is None:
             raise RuntimeError("the lab is not running")
         base = uplink2_bytes()
+        shared = [(time.monotonic(), tx_bytes("leafA0", 1))]
         t_start = time.monotonic()
         a = start_iperf(em, "h0", "h6", "A", seconds=seconds, cport=49152, port=5201)
         b = start_iperf(em, "h1", "h7", "A", seconds=seconds, cport=49156, port=5202)
-        t_first = None
+        t_first = t_overload = None
         deadline = t_start + seconds - 5.0
-        while time.monotonic() < deadline:
-            if uplink2_bytes() - base > 3000:  # two full-size packets: the moved flow arrived
+        while time.monotonic() < deadline and (t_first is None or t_overload is None):
+            if t_overload is None:
+                shared.append((time.monotonic(), tx_bytes("leafA0", 1)))
+                if overloaded(shared):
+                    t_overload = shared[-1][0]
+            if t_first is None and uplink2_bytes() - base > 3000:  # two full-size packets: the moved flow arrived
                 t_first = time.monotonic()
-                break
             time.sleep(0.002)
         time.sleep(max(0.0, t_start + seconds - 4.5 - time.monotonic()))
         d0, t0 = delivered(), time.monotonic()
@@ -67,7 +89,8 @@ def trial(routing: str, seconds: float) -> dict[str, float]:
         events = [e for e in ctl.get("/api/events") if e["cause"] == "congestion"]
     t_move = events[0]["time_s"] if events else float("nan")
     return {
-        "onset_to_decision_ms": (t_move - t_start) * 1000,
+        "onset_to_decision_ms": (t_move - (t_overload or float("nan"))) * 1000,
+        "start_to_decision_ms": (t_move - t_start) * 1000,
         "decision_to_new_path_ms": ((t_first or float("nan")) - t_move) * 1000,
         "decision_us": events[0]["decision_us"] if events else float("nan"),
         "delivered_last_4s_mbps": (d1 - d0) * 8 / (t1 - t0) / 1e6,

@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flow-window-ms", type=float, default=1000.0,
                     help="shortest span for per-slot rates from flow counters (default 1000: OVS refreshes "
                          "userspace flow counters only every few hundred ms)")
+    ap.add_argument("--port-window-ms", type=float, default=20.0,
+                    help="shortest span for port rates (default 20: two polls, so one stall of the "
+                         "userspace datapath does not read as an idle or a bursting link)")
     ap.add_argument("--hot-util", type=float, default=0.9, help="utilisation at which a link turns hot")
     ap.add_argument("--cool-util", type=float, default=0.7, help="utilisation below which it cools again")
     ap.add_argument("--hold-ms", type=float, default=200.0, help="hold-down after a congestion move")
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if min(args.poll_ms, args.flow_poll_ms, args.hot_flow_poll_ms, args.mbps_per_gbps) <= 0:
         ap.error("--poll-ms, --flow-poll-ms, --hot-flow-poll-ms and --mbps-per-gbps must be > 0")
+    if args.port_window_ms < 0:
+        ap.error("--port-window-ms must be >= 0")
     if args.precompute_s < 0:
         ap.error("--precompute-s must be >= 0")
 
@@ -62,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             RouterConfig(hot_util=args.hot_util, cool_util=args.cool_util, hold_s=args.hold_ms / 1000),
             rate_scale=args.mbps_per_gbps * 1e6 / 1e9,
             flow_window_s=args.flow_window_ms / 1000,
+            port_window_s=args.port_window_ms / 1000,
         )
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)

@@ -20,7 +20,10 @@ Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to
 from its memo returns the same tuple of moves each time, and its changes are built once for it
 (`precompute_failures` prepares every single link failure at start). The core owns the counters and the
 rates computed from them (bits per second), which it hands to the policy; decisions, link states
-and the event log are the policy's.
+and the event log are the policy's. Congestion is decided at every port sample (port rates over
+>= `port_window_s`), on the last known slot rates (over >= `flow_window_s`) and presumed rates for
+slots that just started (`newcomers`); a link turning hot asks its relievers for flow statistics at
+once (`urgent_flow_dpids`), and their reply is decided on at once (`on_slot_rates`).
 """
 from __future__ import annotations
 
@@ -171,7 +174,7 @@ class ControllerCore:
 
     def __init__(self, fabric: Fabric, routing: str | type[RoutingPolicy] = "adaptive",
                  config: RouterConfig | None = None, *, rate_scale: float = 1.0, flow_window_s: float = 0.0,
-                 event_log_size: int = 10000) -> None:
+                 port_window_s: float = 0.02, event_log_size: int = 10000) -> None:
         self.fabric = fabric
         self.table = PathTable(fabric)
         cls = load_policy(routing) if isinstance(routing, str) else routing
@@ -205,8 +208,17 @@ class ControllerCore:
         # id of a memoised tuple of moves (the policy returns the same tuple for a repeated link
         # event) -> that tuple (kept, so the id stays its own) and its changes
         self._changes_of: dict[int, tuple[tuple[SlotMove, ...], tuple[Changes, ...]]] = {}
-        self.port_rates = CounterRates()
+        # port counters are fresh at every poll: rates over >= 2 polls (10 ms each by default) ride
+        # out a stall of the userspace datapath; flow counters need long windows (`CounterRates`)
+        self.port_rates = CounterRates(min_window_s=port_window_s)
         self.slot_rates = CounterRates(min_window_s=flow_window_s)
+        #: datapaths to ask for flow statistics at once (not at the next `hot_flow_poll_s`): the
+        #: relievers of a link that has just turned hot, so slots that started too recently for a
+        #: windowed rate are seen in the reply, and the decision is made on it
+        self.urgent_flow_dpids: set[int] = set()
+        self._flow_seen: dict[tuple[str, object], int] = {}  # (switch, flow key) -> its last byte count
+        # slots that started sending while their windowed rate was 0: slot -> (when, bytes since)
+        self._newcomers: dict[tuple[str, str, int], tuple[float, int]] = {}
         self.decision_observers: list[Callable[[float], None]] = []
         self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx) bytes
         self.last_slot_rates_bps: dict[tuple[str, str, int], float] = {}
@@ -400,10 +412,14 @@ class ControllerCore:
             return None
         return (switch, dest, self.policy.entropy.slot(self.policy.tier(switch), src[0]))
 
-    def on_flow_counters(self, dpid: int, counters: list[tuple[FlowIntent, int, float]]
+    def on_flow_counters(self, dpid: int, counters: list[tuple[FlowIntent, int, float]], now: float | None = None
                          ) -> dict[tuple[str, str, int], float]:
         """Fold one switch's table-1 flow counters in: (flow, bytes, the flow's own duration in s).
-        Returns per-slot rates (bits/s) and remembers them as the last known slot rates."""
+        Returns per-slot rates (bits/s) over windows of at least `flow_window_s` and remembers them
+        as the last known slot rates. With `now`, a slot whose counters rose while its last known
+        rate was 0 is a newcomer for `flow_window_s`: its windowed rates until then are diluted by
+        the idle time before it started (they cover its activity only afterwards). `newcomers`
+        gives the bytes it sent since, from which the policy presumes its rate."""
         name = self.switch_name(dpid)
         rates: dict[tuple[str, str, int], float] = {}
         if name is None:
@@ -415,13 +431,52 @@ class ControllerCore:
             rate = self.slot_rates.update((name, flow.key), n_bytes, duration_s)
             if rate is not None:
                 rates[slot] = rates.get(slot, 0.0) + rate * 8
+            if now is not None:
+                self._note_activity(slot, (name, flow.key), n_bytes, now)
         self.last_slot_rates_bps.update(rates)
         return rates
 
+    def _note_activity(self, slot: tuple[str, str, int], flow: tuple[str, object], n_bytes: int, now: float) -> None:
+        before = self._flow_seen.get(flow)
+        self._flow_seen[flow] = n_bytes
+        if before is None or n_bytes <= before:
+            return
+        got = self._newcomers.get(slot)
+        if got is not None and now - got[0] < self.slot_rates.min_window_s:
+            self._newcomers[slot] = (got[0], got[1] + n_bytes - before)
+        elif self.last_slot_rates_bps.get(slot, 0.0) == 0.0:
+            self._newcomers[slot] = (now, n_bytes - before)
+
+    def newcomers(self, now: float) -> dict[tuple[str, str, int], int]:
+        """Slots that started sending less than `flow_window_s` ago -> bytes they sent since."""
+        if not self._newcomers:
+            return {}
+        window_s = self.slot_rates.min_window_s
+        for slot in [k for k, (t, _) in self._newcomers.items() if now - t >= window_s]:
+            del self._newcomers[slot]
+        return {k: n for k, (_, n) in self._newcomers.items()}
+
     def on_loads(self, port_rates_bps: dict[tuple[str, int], float], now: float) -> list[Changes]:
-        """New port rates (and the last known slot rates): the policy may move slots off hot links."""
+        """New port rates: the policy decides at once, with the last known slot rates however old
+        (elephants are long-lived) and presumed rates for newcomers (`RoutingPolicy.presume_newcomers`),
+        whether to move slots off hot links. The relievers of a link that turns hot now are asked for
+        flow statistics at once (`urgent_flow_dpids`)."""
         started = time.perf_counter()
-        return self._apply(self.policy.on_loads(port_rates_bps, self.last_slot_rates_bps, now), started)
+        p = self.policy
+        was_hot = set(p.hot_links())
+        moves = p.on_loads(port_rates_bps, self.last_slot_rates_bps, now, self.newcomers(now))
+        for link in p.hot_links():
+            if link not in was_hot:
+                self.urgent_flow_dpids |= self._relievers(link)
+        return self._apply(moves, started)
+
+    def on_slot_rates(self, now: float) -> list[Changes]:
+        """New slot rates arrived (a flow-statistics reply): while a link is hot, decide on them now
+        rather than at the next port sample."""
+        if not self.policy.hot_links():
+            return []
+        started = time.perf_counter()
+        return self._apply(self.policy.on_loads({}, self.last_slot_rates_bps, now, self.newcomers(now)), started)
 
     def on_manual_move(self, switch: str, dest: str, slot: int, port: int, now: float) -> list[Changes]:
         """An operator puts one slot on a chosen next hop (a planned, lossless move) and pins it there

@@ -7,8 +7,10 @@ On (re)connect a switch is resynchronised, not wiped:
 
 Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics every
 `flow_poll_s`, and every `hot_flow_poll_s` while the core wants this switch's per-slot rates (a hot
-link downstream). A request still unanswered is not repeated until `reply_timeout_s` has passed, so
-a slow switch is not buried under requests.
+link downstream), and at once when a link downstream has just turned hot (the core's
+`urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once). A request
+still unanswered is not repeated until `reply_timeout_s` has passed, so a slow switch is not buried
+under requests.
 
 Every method takes the event's primitives and `now` (monotonic seconds) and returns the OpenFlow
 messages to send as (dpid, message) pairs (built without a datapath, each request with its
@@ -38,6 +40,7 @@ class PollConfig:
     poll_s: float = 0.01  # port statistics, every switch
     flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
     hot_flow_poll_s: float = 0.25  # ... and this often where a link is hot
+    urgent_flow_poll_s: float = 0.05  # ... and at once where one turns hot, if none was asked this recently
     reply_timeout_s: float = 1.0  # re-ask after this long without a reply
 
 
@@ -148,8 +151,12 @@ class DatapathSync:
         out: list[Out] = []
         if self.dpid in self.core.port_poll_dpids and self._ready(self._port_poll, cfg.poll_s, now):
             out.append((self.dpid, self._ask(self._port_poll, ofmsg.port_stats_request(), now)))
-        flow_every_s = cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
+        urgent = self.dpid in self.core.urgent_flow_dpids
+        # a link at the hysteresis' edge may turn hot again and again: at most one urgent request per
+        # `urgent_flow_poll_s`
+        flow_every_s = cfg.urgent_flow_poll_s if urgent else cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
         if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):
+            self.core.urgent_flow_dpids.discard(self.dpid)
             out.append((self.dpid, self._ask(self._flow_poll, ofmsg.ecmp_flows_request(), now)))
         return out
 
@@ -174,8 +181,9 @@ class DatapathSync:
 
     def on_flow_stats(self, xid: int, counters: list[tuple[FlowIntent, int, float]], more: bool,
                       now: float) -> list[Out]:
-        """A polled flow-stats reply: per-slot rates to the core (used at the next load decision)."""
+        """A polled flow-stats reply: per-slot rates to the core; once complete, while a link is hot,
+        the policy decides on them at once (whose moves may change any switch)."""
         if not more and xid == self._flow_poll.xid:
             self._flow_poll.answered = True
-        self.core.on_flow_counters(self.dpid, counters)
-        return []
+        self.core.on_flow_counters(self.dpid, counters, now)
+        return [] if more else outgoing(self.core.on_slot_rates(now))

@@ -145,3 +145,49 @@ def test_the_polled_switches_see_every_link_and_give_the_unpolled_ends_rates():
     rates = core.on_port_counters(dpid, {1: (5000, 1000, 2.0)})
     assert rates == {("leafA0", 1): 40000.0, ("spineA0", 1): 8000.0}
     assert core.port_bytes[("spineA0", 1)] == (1000, 5000)
+
+
+def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_the_reply_decides():
+    # leaf-spine-16 at 1e-4: leafA0's uplinks are 40 Mbit/s; towards leafA3 slots 0, 4, 8, 12 use port 1
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0)
+    fake = FakeFabric(fab)
+    leaf, _ = connect(core, fake, "leafA0")
+    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, reply_timeout_s=0.5)
+    cap_bytes = 400e9 * 1e-4 / 8
+    flows = [core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 4)]
+    # the background flow poll at 1.0 s: both slots idle
+    req = next(m for _, m in leaf.due(1.0, hot=False) if isinstance(m, parser.OFPFlowStatsRequest))
+    assert leaf.on_flow_stats(req.xid, [(f, 0, 10.0) for f in flows], False, 1.0) == []
+    assert not any(isinstance(m, parser.OFPFlowStatsRequest) for _, m in leaf.due(1.12, hot=False))
+    # uplink 1 runs full from 1.19 s (both slots start): the first rate (1.21 s, over the 20 ms
+    # window from 1.19 s) is the link's capacity and, being its first, starts its EWMA there: hot
+    port = {"n": 0}
+
+    def sample(t):
+        port["n"] += int(cap_bytes * 0.01)
+        return leaf.on_port_stats(-1, {1: (port["n"], 0, 10.0 + t - 1.0)}, False, t)
+
+    leaf.on_port_stats(-1, {1: (0, 0, 10.19)}, False, 1.19)
+    assert sample(1.20) == [] and core.policy.hot_links() == ()
+    assert sample(1.21) == [] and core.policy.hot_links() == (("leafA0", 1),)
+    assert sample(1.22) == []
+    assert fab.switch_by_name["leafA0"].dpid in core.urgent_flow_dpids
+    # not 0.25 s later: the flow request goes out with the next poll, 10 ms after
+    asked = [m for _, m in leaf.due(1.23, hot=True) if isinstance(m, parser.OFPFlowStatsRequest)]
+    assert len(asked) == 1 and not core.urgent_flow_dpids
+    # its reply: both slots sent 20 kB since 1.0 s (no rate over a 1 s window yet): newcomers,
+    # presumed to share the link; one moves on this reply
+    half = int(cap_bytes * 0.03 / 2)
+    out = leaf.on_flow_stats(asked[0].xid, [(f, half, 10.23) for f in flows], False, 1.231)
+    moves = [m for e in core.policy.events() for m in e.moves]
+    assert [(m.switch, m.dest, m.old_port, m.cause) for m in moves] == [("leafA0", "leafA3", 1, "congestion")]
+    assert moves[0].slot in (0, 4) and moves[0].new_port != 1
+    assert {dpid for dpid, _ in out} == {fab.switch_by_name["leafA0"].dpid}
+    # a link at the hysteresis' edge turning hot again 20 ms later: the next urgent request waits
+    # until 50 ms (`urgent_flow_poll_s`) after the last one
+    dpid = fab.switch_by_name["leafA0"].dpid
+    core.urgent_flow_dpids.add(dpid)
+    assert not any(isinstance(m, parser.OFPFlowStatsRequest) for _, m in leaf.due(1.25, hot=True))
+    assert any(isinstance(m, parser.OFPFlowStatsRequest) for _, m in leaf.due(1.28, hot=True))
+    assert not core.urgent_flow_dpids

@@ -7,7 +7,9 @@
 - `adaptive`: `ecmp`, plus fabric-wide failover (a link going down removes every choice, anywhere,
   whose paths all cross it; it coming back restores them) and congestion-aware moves (a hot link
   moves one of the elephants sharing it to the alternative path with the fewest elephants; see
-  `AdaptivePolicy._relieve`). Slots an operator pinned keep their port whenever it is alive.
+  `AdaptivePolicy._relieve`; then that decision point and that link are left alone for `hold_s`,
+  while the samples that follow confirm the move). Slots an operator pinned keep their port
+  whenever it is alive.
 
 Both reactions are lookups in the path table's precomputed indexes (`crossing`/`via` for liveness,
 `segment`/`segments_through` for the links a slot surely crosses), not graph searches. A move
@@ -38,6 +40,9 @@ class AdaptivePolicy(EcmpPolicy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hold_until: dict[DecisionPoint, float] = {}
+        # hot link -> until when it is left alone after a move relieved it: the port and flow samples
+        # that follow confirm the move (the link cools) or not (it stays hot: one more move then)
+        self._link_hold_until: dict[DirectedLink, float] = {}
 
     # ---- failures ------------------------------------------------------------------------------
     def react_to_link(self, link: DirectedLink, up: bool, changed: tuple[DecisionPoint, ...],
@@ -93,8 +98,11 @@ class AdaptivePolicy(EcmpPolicy):
         hot = sorted(self.hot_links(), key=lambda l: -self.utilisation(l))
         moves = []
         for link in hot:
+            if self._link_hold_until.get(link, -1.0) > now:
+                continue
             move = self._relieve(link, slot_rates_bps, now)
             if move is not None:
+                self._link_hold_until[link] = now + self.config.hold_s
                 moves.append(move)
         return moves
 

@@ -60,9 +60,12 @@ LINK_MEMO_ENTRIES = 1 << 14
 class RouterConfig:
     hot_util: float = 0.9  # a link becomes hot at this utilisation ...
     cool_util: float = 0.7  # ... and stops being hot below this (hysteresis)
-    hold_s: float = 0.2  # after a congestion move, leave that decision point alone this long
+    hold_s: float = 0.2  # after a congestion move, leave that decision point and that hot link alone this long
     ewma_alpha: float = 0.5  # weight of the newest rate sample
     min_move_share: float = 0.05  # slots below this share of a link are mice: not counted, not moved
+    # a slot that just started is presumed an elephant only once it has sent this much (ten full-size
+    # packets): a connection's first packets (a control connection's handshake) are not an elephant
+    min_newcomer_bytes: int = 15000
 
     def __post_init__(self) -> None:
         if not 0 < self.cool_util < self.hot_util:
@@ -73,6 +76,8 @@ class RouterConfig:
             raise RoutingError(f"hold_s must be >= 0, got {self.hold_s}")
         if not 0 <= self.min_move_share < 1:
             raise RoutingError(f"min_move_share must be in [0, 1), got {self.min_move_share}")
+        if self.min_newcomer_bytes < 0:
+            raise RoutingError(f"min_newcomer_bytes must be >= 0, got {self.min_newcomer_bytes}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -583,8 +588,10 @@ class RoutingPolicy:
             yield moves
 
     def on_loads(self, port_rates_bps: dict[DirectedLink, float], slot_rates_bps: dict[SlotKey, float],
-                 now: float) -> list[SlotMove]:
-        """Fold in measured egress rates per directed link (bits/s) and per slot; return moves."""
+                 now: float, newcomers_bytes: dict[SlotKey, int] | None = None) -> list[SlotMove]:
+        """Fold in measured egress rates per directed link (bits/s) and per slot; return moves.
+        Slots that just started (`newcomers_bytes`) get presumed rates on the links hot after this
+        sample (`presume_newcomers`)."""
         started = time.perf_counter()
         cfg = self.config
         for link, rate in port_rates_bps.items():
@@ -598,12 +605,61 @@ class RoutingPolicy:
                 load.hot = False
             elif not load.hot and util >= cfg.hot_util:
                 load.hot = True
+        if newcomers_bytes:
+            slot_rates_bps = self.presume_newcomers(slot_rates_bps, newcomers_bytes)
         moves = self._keep_pins(self.react_to_loads(slot_rates_bps, now), (), "congestion")
         if moves:
             self._new_state()
             hot = ", ".join(f"{s}:{p}" for s, p in self.hot_links())
             self._record(now, "congestion", f"hot {hot}", moves, started)
         return moves
+
+    def presume_newcomers(self, slot_rates_bps: dict[SlotKey, float], newcomers_bytes: dict[SlotKey, int]
+                          ) -> dict[SlotKey, float]:
+        """`slot_rates_bps` with a presumed rate for each slot that has just started sending
+        (`newcomers_bytes`: slot -> bytes counted since it started, at least `min_newcomer_bytes`),
+        whose rate over a full flow-counter window is not known yet, on the hot links it crosses.
+
+        On a hot link the newcomers are presumed to take their fair share of the link's rate next to
+        the elephants already known there, as TCP flows would (n_new / (n_known + n_new) of it), split
+        between them in proportion to their bytes so far; a newcomer gets the least of its hot links'
+        estimates, and never less than its own measured rate. An estimate only: the windowed rates
+        replace it as soon as they cover the slot's activity, and the hold-down (`hold_s`) gives the
+        port samples after a move time to confirm it before that link is relieved again."""
+        hot = set(self.hot_links())
+        if not newcomers_bytes or not hot:
+            return slot_rates_bps
+        share = self.config.min_move_share
+        slots = self._slots
+        n_known: dict[DirectedLink, int] = {}
+        for (sw, dest, s), rate in slot_rates_bps.items():
+            if (sw, dest, s) in newcomers_bytes or (sw, dest) not in slots or s >= len(slots[(sw, dest)]):
+                continue
+            for link in self.slot_links(sw, dest, s):
+                if link in hot and rate >= share * self._capacity_bps[link]:
+                    n_known[link] = n_known.get(link, 0) + 1
+        on_link: dict[DirectedLink, list[SlotKey]] = {}
+        crossing: dict[SlotKey, list[DirectedLink]] = {}
+        for key, n_bytes in newcomers_bytes.items():
+            sw, dest, s = key
+            if n_bytes < max(1, self.config.min_newcomer_bytes) or (sw, dest) not in slots or s >= len(slots[(sw, dest)]):
+                continue
+            links = [l for l in self.slot_links(sw, dest, s) if l in hot]
+            if links:
+                crossing[key] = links
+                for link in links:
+                    on_link.setdefault(link, []).append(key)
+        if not crossing:
+            return slot_rates_bps
+        out = dict(slot_rates_bps)
+        for key, links in crossing.items():
+            estimates = []
+            for link in links:
+                new = on_link[link]
+                pool = self.rate_bps(link) * len(new) / (n_known.get(link, 0) + len(new))
+                estimates.append(pool * newcomers_bytes[key] / sum(newcomers_bytes[k] for k in new))
+            out[key] = max(out.get(key, 0.0), min(estimates))
+        return out
 
     def forget_loads(self) -> None:
         """Drop the smoothed loads and hot flags (as a freshly started controller has none)."""
