@@ -22,13 +22,27 @@ from traffic.workload import Workload
 
 Progress = Callable[[int, int], None]
 
+#: The controller's port polling is scaled with the emulated link rate: as many bytes per poll as
+#: `fabriclab up`'s 10 ms polls see at 20 Mbit/s, between 10 and 100 ms. At the replay's default
+#: 1 Mbit/s NICs a full-size frame takes 12 ms, so 10 ms polls see one packet or none, and cost the
+#: 2-core machine ~70% of a core (controller and ovs-vswitchd, measured) that the agents and the
+#: datapath then lack.
+POLL_MS_AT_20_MBPS = 10.0
+
+
+def controller_poll_ms(fabric: Fabric, mbps_per_gbps: float) -> float:
+    nic_mbps = max(p.rate_gbps for p in fabric.nic_ports) * mbps_per_gbps
+    return min(100.0, max(10.0, POLL_MS_AT_20_MBPS * 20.0 / nic_mbps))
+
 
 def replay_on_emulation(workload: Workload, trace_label: str, fabric: Fabric, routing: str, options: ReplayOptions,
                         out_dir: Path | None = None, *, progress: Progress | None = None,
                         during: Callable[[Lab, int, int], None] | None = None,
                         log: Callable[[str], None] | None = None, link_interval_s: float = 0.5) -> RunResult:
     plan = plan_replay(workload, fabric, options)  # bad input fails before anything is built
-    with Lab(fabric, routing=routing, opts=EmulationOptions(mbps_per_gbps=plan.mbps_per_gbps), log=log) as lab:
+    poll_ms = controller_poll_ms(fabric, plan.mbps_per_gbps)
+    with Lab(fabric, routing=routing, opts=EmulationOptions(mbps_per_gbps=plan.mbps_per_gbps), log=log,
+             controller_args=["--poll-ms", f"{poll_ms:g}"]) as lab:
         if lab.emulation is None or lab.controller is None or lab.run_dir is None:
             raise RuntimeError("the lab did not come up")
         ctl = lab.controller

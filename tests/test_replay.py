@@ -203,3 +203,15 @@ def test_an_agent_that_dies_fails_the_run_naming_its_host(tmp_path: Path):
 
     with pytest.raises(ReplayError, match="agent on h2 exited with code 3"):
         Driver(plan, Broken(fab), tmp_path, None, 0.5, setup_timeout_s=20).run()
+
+
+def test_the_controller_polls_slower_on_slower_emulated_links():
+    from fabric import topofile
+    from fabriclab.replay import controller_poll_ms
+
+    dp = topofile.load("dual-plane-16")  # 200G NICs
+    # 10 ms at 20 Mbit/s, the same bytes per poll below it, within 10..100 ms
+    assert controller_poll_ms(dp, 0.1) == 10.0  # 20 Mbit/s
+    assert controller_poll_ms(dp, 0.02) == 50.0  # 4 Mbit/s
+    assert controller_poll_ms(dp, 0.005) == 100.0  # 1 Mbit/s: 200 ms, capped
+    assert controller_poll_ms(dp, 1.0) == 10.0  # 200 Mbit/s: never below 10 ms
