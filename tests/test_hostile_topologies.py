@@ -164,7 +164,7 @@ def explicit_docs(draw: st.DrawFn) -> dict[str, Any]:
     planes = draw(st.lists(st.one_of(st.sampled_from(["A", "B", "C"]),
                                      st.fixed_dictionaries({"name": st.sampled_from(["A", "B", "X"]),
                                                             "subnet": st.sampled_from(["198.18.0.0/24", "198.19.0.0/31",
-                                                                                       "198.18.0.0/15", "10.0.0.0/8",
+                                                                                       "198.18.0.0/15", "192.0.2.0/24",
                                                                                        "bad"])})),
                            min_size=0, max_size=3))
     plane_names = [p if isinstance(p, str) else p["name"] for p in planes] or ["A"]

@@ -403,7 +403,7 @@ def test_duplicate_rank_in_directory(tmp_path: Path) -> None:
 # ReduceScatter 500 fp16(2) per rank x 2 = 2000; Broadcast 53 x int64(8) = 424; Send 10 x uint8(1) = 10.
 # opCount restarts (back to 0) start a second step: one AllReduce of 64 fp32 = 256 bytes.
 NCCL_LOG_OLD = (
-    "node1:4001:4001 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n"
+    "node1:4001:4001 [0] NCCL INFO Bootstrap : Using eth0:198.18.0.1<0>\n"
     "node1:4001:4101 [0] NCCL INFO AllReduce: opCount 0 sendbuff 0x7f1000000000 recvbuff 0x7f1000400000 "
     "count 237184 datatype 7 op 0 root 0 "
     "comm 0x55d100000010 [nranks=2] stream 0x55d100000100\n"
@@ -533,7 +533,7 @@ def test_nccl_log_errors(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match=r"dtype.log:2: unknown NCCL datatype 42"):
         load(dtype)
     quiet = tmp_path / "quiet.log"
-    quiet.write_text("node1:4001:4001 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\n")
+    quiet.write_text("node1:4001:4001 [0] NCCL INFO Bootstrap : Using eth0:198.18.0.1<0>\n")
     with pytest.raises(TraceError, match="quiet.log: no collectives at all"):
         load(quiet)
     with pytest.raises(TraceError, match="collectives_per_step must be >= 1"):
