@@ -114,19 +114,26 @@ class _Builder:
 
 # --- rings ------------------------------------------------------------------------------------------
 
-def _ring_reduce_scatter(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
-                         ready: Ready) -> Ready:
-    """Ring reduce-scatter; position q ends holding the reduced chunk q. Step k: q sends chunk
-    (q - k - 1) mod n to q + 1. Returns rank -> its last receive (the reduced chunk is complete then)."""
+def _ring_steps(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int, ready: Ready,
+                shift: int) -> Ready:
+    """n - 1 ring steps: in step k position q sends chunk (q - k - shift) mod n to q + 1, after its
+    previous receive. Returns rank -> its last receive."""
     n = len(ring)
     waits: Ready = {r: ready.get(r, ()) for r in ring}
     for k in range(n - 1):
         received: Ready = {}
         for q, r in enumerate(ring):
             dst = ring[(q + 1) % n]
-            received[dst] = (dag.send(r, dst, chunks[(q - k - 1) % n], phase0 + k, waits[r]),)
+            received[dst] = (dag.send(r, dst, chunks[(q - k - shift) % n], phase0 + k, waits[r]),)
         waits = received
     return waits
+
+
+def _ring_reduce_scatter(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
+                         ready: Ready) -> Ready:
+    """Ring reduce-scatter; position q ends holding the reduced chunk q. Step k: q sends chunk
+    (q - k - 1) mod n to q + 1. Returns rank -> its last receive (the reduced chunk is complete then)."""
+    return _ring_steps(dag, ring, chunks, phase0, ready, shift=1)
 
 
 def _ring_all_gather(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
@@ -134,16 +141,9 @@ def _ring_all_gather(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], 
     """Ring all-gather; position q starts with chunk q. Step k: q sends chunk (q - k) mod n to q + 1,
     the chunk it received in step k-1. Returns rank -> its own readiness plus its last receive (the
     earlier receives come over the same connection, so the last one implies them)."""
-    n = len(ring)
-    waits: Ready = {r: ready.get(r, ()) for r in ring}
-    for k in range(n - 1):
-        received: Ready = {}
-        for q, r in enumerate(ring):
-            dst = ring[(q + 1) % n]
-            received[dst] = (dag.send(r, dst, chunks[(q - k) % n], phase0 + k, waits[r]),)
-        waits = received
-    if n == 1:
+    if len(ring) == 1:
         return {r: ready.get(r, ()) for r in ring}
+    waits = _ring_steps(dag, ring, chunks, phase0, ready, shift=0)
     return {r: tuple(sorted(set(ready.get(r, ())) | set(waits[r]))) for r in ring}
 
 
