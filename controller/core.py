@@ -11,9 +11,13 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
     into `metadata` and continues in table 1 (ARP too).
 - table 1 (decision points only): per destination edge switch and slot, TCP and UDP flows matching
   the slot's source-port bits (`fabric.routing.entropy`) go to a fast-failover group whose first
-  bucket is the slot's next hop and whose other buckets are the remaining equal-cost ports, each
-  bucket watching its port (a dead local port is skipped in the data plane). Everything else
-  towards that destination (ICMP, ARP) follows slot 0.
+  bucket is the slot's next hop and whose other buckets are the remaining candidates (equal-cost
+  ports, then two-hop detours; `RoutingPolicy.failover_order`), each bucket watching its port (a
+  dead local port is skipped in the data plane). Everything else towards that destination (ICMP,
+  ARP) follows slot 0. Above them, where a switch is a two-hop detour for others (a mesh plane's
+  leaves, `PathTable.transit_ports`): packets towards the destination that come in from a switch
+  whose detour it is leave by the direct link to the destination, whatever their slot, so a
+  detoured packet is never detoured again (no loop, whatever the switch's own slots say).
 
 Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to table-1 flows
 (`modify`, which keeps the flow's counters and loses no packet). A link event the policy answers
@@ -42,6 +46,7 @@ COOKIE = 0xFAB1AB
 PRIORITY_ROUTE = 1000
 PRIORITY_SLOT = 1000
 PRIORITY_SLOT_OTHER = 900
+PRIORITY_TRANSIT = 1100
 TABLE_ROUTE = 0
 TABLE_ECMP = 1
 #: memoised link events whose changes are kept (oldest dropped first)
@@ -182,15 +187,14 @@ class ControllerCore:
                                          event_log_size=event_log_size)
         self.dest_id = {d: i + 1 for i, d in enumerate(self.table.edge_switches)}
         self.dest_by_id = {i: d for d, i in self.dest_id.items()}
-        # switch -> (candidate port set, primary port) -> group id; switch -> its decision points' dests
-        self.group_ids: dict[str, dict[tuple[tuple[int, ...], int], int]] = {}
+        # switch -> fast-failover bucket order -> group id; switch -> its decision points' dests
+        self.group_ids: dict[str, dict[tuple[int, ...], int]] = {}
         self._decision_dests: dict[str, list[str]] = {}
         for sw, dest in self.policy.decision_points():
             self._decision_dests.setdefault(sw, []).append(dest)
-            ports = self.policy.candidates(sw, dest)
             ids = self.group_ids.setdefault(sw, {})
-            for p in ports:
-                ids.setdefault((ports, p), 0)
+            for order in self.policy.failover_orders(sw, dest):
+                ids.setdefault(order, 0)
         for ids in self.group_ids.values():
             for i, key in enumerate(sorted(ids)):
                 ids[key] = i + 1
@@ -238,11 +242,11 @@ class ControllerCore:
     # ---- the desired state ---------------------------------------------------------------------
     def groups(self, switch: str) -> list[GroupIntent]:
         dpid = self.dpid(switch)
-        return [GroupIntent(dpid, gid, (p,) + tuple(q for q in ports if q != p))
-                for (ports, p), gid in sorted(self.group_ids.get(switch, {}).items(), key=lambda kv: kv[1])]
+        return [GroupIntent(dpid, gid, order)
+                for order, gid in sorted(self.group_ids.get(switch, {}).items(), key=lambda kv: kv[1])]
 
-    def _group(self, switch: str, dest: str, port: int) -> ToGroup:
-        return ToGroup(self.group_ids[switch][(self.policy.candidates(switch, dest), port)])
+    def _group(self, switch: str, dest: str, slot: int, port: int) -> ToGroup:
+        return ToGroup(self.group_ids[switch][self.policy.failover_order(switch, dest, slot, port)])
 
     def slot_flows(self, switch: str, dest: str, slot: int, port: int) -> tuple[FlowIntent, ...]:
         """Table-1 flows for one slot at one decision point (slot 0 also carries non-TCP/UDP).
@@ -256,7 +260,7 @@ class ControllerCore:
     def _build_slot_flows(self, switch: str, dest: str, slot: int, port: int) -> list[FlowIntent]:
         dpid = self.dpid(switch)
         tcp, udp, other = self._slot_matches(dest, self.policy.tier(switch), slot)
-        group = self._group(switch, dest, port)
+        group = self._group(switch, dest, slot, port)
         action = self._actions.setdefault(group, group)
         out = [FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, tcp, action),
                FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, udp, action)]
@@ -307,7 +311,21 @@ class ControllerCore:
         for dest in self._decision_dests.get(switch, ()):
             for slot, port in enumerate(self.policy.slots(switch, dest)):
                 out.extend(self.slot_flows(switch, dest, slot, port))
+            out.extend(self.transit_flows(switch, dest))
         return out
+
+    def transit_flows(self, switch: str, dest: str) -> list[FlowIntent]:
+        """Table-1 flows for detoured packets at a decision point that is a detour for others: from
+        each of their in-ports, out by the direct link to `dest` (never detoured again; dropped
+        while that link is down)."""
+        ins = self.table.transit_ports(switch, dest)
+        if not ins:
+            return []
+        dpid = self.dpid(switch)
+        meta = self.dest_id[dest]
+        (direct,) = self.table.ecmp_ports(switch, dest)
+        return [FlowIntent(dpid, TABLE_ECMP, PRIORITY_TRANSIT, (("metadata", meta), ("in_port", p)), Output(direct))
+                for p in ins]
 
     def on_switch_connect(self, dpid: int) -> Changes:
         """Everything a switch with empty tables needs (nothing for a dpid not in the model)."""

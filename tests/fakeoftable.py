@@ -4,10 +4,11 @@ It applies the real messages the controller would send (flow-mods and group-mods
 `controller.ofmsg`) to per-switch tables, keeps port liveness, and forwards a packet hop by hop
 through the fabric's cabling, so tests assert where packets go rather than which bytes were sent.
 
-Supported: tables 0 and 1, priorities, exact and masked matches, apply-actions output/group,
-write-metadata + goto-table, fast-failover groups (first bucket whose watch port is live). `send`
-forwards bytes like `trace` and counts them as a switch does (per flow entry, kept across a modify;
-per port), so tests can feed the controller the statistics its polls would read.
+Supported: tables 0 and 1, priorities, exact and masked matches (`in_port` too: the port a packet
+came in by at each switch), apply-actions output/group, write-metadata + goto-table, fast-failover
+groups (first bucket whose watch port is live). `send` forwards bytes like `trace` and counts them
+as a switch does (per flow entry, kept across a modify; per port), so tests can feed the controller
+the statistics its polls would read.
 """
 from __future__ import annotations
 
@@ -168,18 +169,18 @@ class FakeFabric:
               egress: list[tuple[str, int]]) -> list[str]:
         if (src_host, src_nic) in self.down:
             return ["DROP"]
-        node, _ = self.peer[(src_host, src_nic)]
+        node, in_port = self.peer[(src_host, src_nic)]
         path = []
         for _ in range(max_hops):
             path.append(node)
             if node in self.fabric.host_by_name:
                 return path
-            port = self._egress(node, packet, hits)
+            port = self._egress(node, dict(packet, in_port=in_port), hits)
             if port is None or (node, port) in self.down:
                 path.append("DROP")
                 return path
             egress.append((node, port))
-            node, _ = self.peer[(node, port)]
+            node, in_port = self.peer[(node, port)]
         path.append("LOOP")
         return path
 

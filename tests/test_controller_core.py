@@ -15,6 +15,7 @@ from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 from controller import ofmsg
 from controller.core import COOKIE, ControllerCore, FlowIntent, Output, ToGroup
 from fabric import topofile
+from fabric.builders import dual_plane
 from fabric.errors import FabriclabError
 from tests.fakeoftable import FakeFabric
 
@@ -472,3 +473,88 @@ def test_an_operators_drain_survives_recoveries_until_released():
         core.on_release("leafA0", "leafA3", 0, 9.0)
     causes = [(e.cause, e.trigger) for e in core.policy.events()]
     assert ("manual", "operator release") in causes
+
+
+# ---- two-hop detours in a mesh plane ------------------------------------------------------------
+# dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh"), port numbers by hand in tests/test_paths.py:
+# leafA0: 1 -> leafA1, 2 -> leafA2, 3 -> leafA3; leafA2: 2 -> leafA1; leafA3: 2 -> leafA1. Leaf tier:
+# slot = (source port >> 1) & 15; 16 slots.
+MESH = dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh")
+MESH_SPORTS = [49152 + 2 * s for s in range(16)]
+
+
+def programmed_mesh(mode):
+    core = ControllerCore(MESH, mode)
+    fake = FakeFabric(MESH)
+    for sw in MESH.switches:
+        fake.apply(core.on_switch_connect(sw.dpid))
+    return core, fake
+
+
+def _tables_forward_as_the_policy_says(core, fake):
+    """Every host pair, plane and slot: the fake switches forward as `policy.path` (and so
+    `/api/paths`) says, and never into a dead link."""
+    for src, dst in itertools.permutations([h.name for h in MESH.hosts], 2):
+        for s_nic in MESH.nics_of[src]:
+            d_nic = MESH.nic(dst, s_nic.plane)
+            for sp in MESH_SPORTS:
+                want = core.policy.path(s_nic, d_nic, sp)
+                got = fake.trace(src, s_nic.nic, tcp(str(d_nic.ip), sp))
+                if want is None:
+                    assert got[-1] == "DROP", (src, dst, sp, got)
+                else:
+                    assert got == list(want[1:]), (src, dst, sp, want, got)
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "adaptive"])
+def test_a_failed_mesh_link_is_detoured_in_the_data_plane_and_restored(mode):
+    core, fake = programmed_mesh(mode)
+    ip = str(MESH.nic("h2", "A").ip)
+    for pkt in all_packets(ip, MESH_SPORTS):
+        assert fake.trace("h0", 0, pkt) == ["leafA0", "leafA1", "h2"]
+    _fail(MESH, core, fake, "leafA0", 1, 1.0)  # leafA0 -- leafA1
+    for s, sp in enumerate(MESH_SPORTS):  # even slots via leafA2, odd via leafA3
+        for proto in (tcp, udp):
+            assert fake.trace("h0", 0, proto(ip, sp)) == ["leafA0", f"leafA{2 + s % 2}", "leafA1", "h2"]
+    for pkt in all_packets(ip, SPORTS[:40]):  # ICMP and ARP too (they follow slot 0)
+        path = fake.trace("h0", 0, pkt)
+        assert path[-1] == "h2" and len(path) == 4 and path[1] in ("leafA2", "leafA3"), (pkt, path)
+    _tables_forward_as_the_policy_says(core, fake)
+    assert core.paths("h0", "h2", None, 0, 10)[0]["paths"] == [["h0", "leafA0", "leafA2", "leafA1", "h2"],
+                                                                ["h0", "leafA0", "leafA3", "leafA1", "h2"]]
+    _fail(MESH, core, fake, "leafA0", 1, 2.0, up=True)
+    for pkt in all_packets(ip, MESH_SPORTS):
+        assert fake.trace("h0", 0, pkt) == ["leafA0", "leafA1", "h2"]
+    # leafA0 -- leafA1 and leafA0 -- leafA2 down: only leafA3; then leafA3 -- leafA1 too: dropped
+    _fail(MESH, core, fake, "leafA0", 1, 3.0)
+    _fail(MESH, core, fake, "leafA0", 2, 3.1)
+    assert {tuple(fake.trace("h0", 0, tcp(ip, sp))) for sp in MESH_SPORTS} == {("leafA0", "leafA3", "leafA1", "h2")}
+    _tables_forward_as_the_policy_says(core, fake)
+    _fail(MESH, core, fake, "leafA3", 2, 3.2)
+    assert {tuple(fake.trace("h0", 0, tcp(ip, sp))) for sp in MESH_SPORTS} == {("leafA0", "leafA3", "DROP")}
+    assert fake.trace("h0", 1, tcp(str(MESH.nic("h2", "B").ip), 49152)) == ["leafB0", "leafB1", "h2"]
+    _tables_forward_as_the_policy_says(core, fake)
+    assert core.paths("h0", "h2", None, 0, 10)[0]["total"] == 0
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "adaptive"])
+def test_a_detoured_packet_leaves_the_detour_leaf_by_its_direct_link_and_never_loops(mode):
+    # leafA0 -- leafA1 and leafA2 -- leafA1 down. leafA0 fails even slots over to leafA2 (ecmp: the
+    # data plane alone); leafA2's own slots towards leafA1 fail over too, even ones back to leafA0.
+    # A packet that came to leafA2 on a detour must not follow them: out by leafA2's direct link to
+    # leafA1 (dead: dropped), never back to leafA0 (a loop). Under adaptive nothing is sent that way.
+    core, fake = programmed_mesh(mode)
+    _fail(MESH, core, fake, "leafA0", 1, 1.0)
+    _fail(MESH, core, fake, "leafA2", 2, 1.1)
+    ip = str(MESH.nic("h2", "A").ip)
+    via_a3 = ["leafA0", "leafA3", "leafA1", "h2"]
+    got = [fake.trace("h0", 0, tcp(ip, sp)) for sp in MESH_SPORTS]
+    if mode == "ecmp":
+        assert got == [["leafA0", "leafA2", "DROP"] if s % 2 == 0 else via_a3 for s in range(16)]
+        # leafA2's own traffic: even slots to leafA0, which may not detour it again
+        assert fake.trace("h4", 0, tcp(ip, 49152)) == ["leafA2", "leafA0", "DROP"]
+        assert fake.trace("h4", 0, tcp(ip, 49154)) == ["leafA2", "leafA3", "leafA1", "h2"]
+    else:
+        assert got == [via_a3] * 16
+        assert fake.trace("h4", 0, tcp(ip, 49152)) == ["leafA2", "leafA3", "leafA1", "h2"]
+    _tables_forward_as_the_policy_says(core, fake)

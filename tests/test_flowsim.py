@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from fabric import topofile
+from fabric.builders import dual_plane
 from fabric.flowsim import (
     FlowSimError,
     Job,
@@ -22,7 +23,7 @@ from fabric.flowsim import (
     max_min_rates_reference,
     simulate,
 )
-from fabric.routing import EcmpPolicy, PathTable
+from fabric.routing import AdaptivePolicy, EcmpPolicy, PathTable
 from fabric.transfers import Placement, Transfer, TransferDag
 from traffic.collectives import schedule
 
@@ -346,3 +347,41 @@ def test_a_link_that_comes_back_takes_its_flows_back():
     slow_end = t_r + (bits_per_flow - 100e9 * t_f - 50e9 * (t_r - t_f)) / 100e9
     assert res.job_time_s[0] == pytest.approx(slow_end, rel=1e-9)
     assert res.route_changes == 2
+
+
+@pytest.mark.parametrize("policy_cls", [EcmpPolicy, AdaptivePolicy], ids=["ecmp", "adaptive"])
+def test_a_transfer_between_mesh_leaves_completes_over_the_detours_after_its_direct_links_fail(policy_cls):
+    # dual_plane mesh of 4 leaves per plane, 300 G NICs, oversubscription 2: each leaf's 2 x 300 G
+    # down / 2 over 3 mesh links = 100 G per mesh link. h0 (leaf 0) sends S bytes to h2 (leaf 1)
+    # over 2 channels per plane, 4 flows of B = S/4 x 8 bits; channel c is slot c. Port numbers
+    # (tests/test_paths.py): leaf 0's port 1 is its link to leaf 1, in either plane.
+    #   [0, t_f): 2 flows share each plane's direct 100 G link: 50 G each.
+    #   t_f: both direct links fail. Slot 0 detours via leaf 2, slot 1 via leaf 3 (ecmp: the data
+    #     plane's fail-over order; adaptive: the policy's move): each flow alone on both links of
+    #     its detour, 100 G each (the 300 G NIC carries 200 G).
+    #   t_r: plane A's direct link recovers: its 2 flows share it again, 50 G each; plane B's stay at 100 G.
+    fab = dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh", nic_rate_gbps=300, oversubscription=2)
+    size = 2**30
+    bits = size / 4 * 8
+    t_f = 0.25 * bits / 50e9  # a quarter sent
+    t_r = t_f + 0.25 * bits / 100e9  # half sent
+    dag = TransferDag((Transfer(0, 1, size),), (0, 1))
+    events = [LinkEvent(t_f, "leafA0", 1), LinkEvent(t_f, "leafB0", 1), LinkEvent(t_r, "leafA0", 1, up=True)]
+    res = simulate(fab, policy_cls(PathTable(fab)), [Job(dag, Placement(("h0", "h2")))], link_events=events)
+    assert res.stalled == () and res.route_changes == 3
+    # plane A's flows end last: the half left at 50 G after t_r (plane B's at 100 G end before)
+    assert res.job_time_s[0] == pytest.approx(t_r + 0.5 * bits / 50e9, rel=1e-9)
+    rates = res.link_rate_bps()
+    detoured = int(np.searchsorted(res.edges_s, t_f))  # the interval starting at t_f
+    assert res.edges_s[detoured] == pytest.approx(t_f) and res.edges_s[detoured + 1] == pytest.approx(t_r)
+    for plane in "AB":
+        direct = res.link_index(f"leaf{plane}0", f"leaf{plane}1")
+        legs = [res.link_index(f"leaf{plane}0", f"leaf{plane}{c}") for c in (2, 3)] + \
+               [res.link_index(f"leaf{plane}{c}", f"leaf{plane}1") for c in (2, 3)]
+        assert rates[detoured - 1, direct] == pytest.approx(100e9) and rates[detoured - 1, legs] == pytest.approx(0)
+        assert rates[detoured, direct] == 0 and rates[detoured, legs] == pytest.approx([100e9] * 4)
+    after = detoured + 1
+    assert rates[after, res.link_index("leafA0", "leafA1")] == pytest.approx(100e9)
+    assert rates[after, [res.link_index("leafA0", "leafA2"), res.link_index("leafA3", "leafA1")]] == pytest.approx(0)
+    assert rates[after, [res.link_index("leafB0", "leafB2"), res.link_index("leafB3", "leafB1")]] == pytest.approx(
+        [100e9, 100e9])

@@ -11,6 +11,7 @@ import pytest
 
 from controller.core import ControllerCore
 from fabric import topofile
+from fabric.builders import dual_plane
 from fabric.routing import AdaptivePolicy, EcmpPolicy, RoutingPolicy
 from tests.policies import LastPortPolicy
 
@@ -24,6 +25,14 @@ class ReferenceEcmp(EcmpPolicy):
 
 
 REFERENCE = {"adaptive": ReferenceAdaptive, "ecmp": ReferenceEcmp}
+
+
+#: mesh planes of 5 leaves: every leaf pair has a direct link and 3 two-hop detours (backups)
+BUILT = {"dual-mesh-10": lambda: dual_plane(hosts=10, hosts_per_leaf=2, plane_kind="mesh")}
+
+
+def load(topo):
+    return BUILT[topo]() if topo in BUILT else topofile.load(topo)
 
 
 def switch_links(fab):
@@ -91,9 +100,9 @@ def check_links(fab, mode, links):
 
 
 @pytest.mark.parametrize("mode", ["adaptive", "ecmp"])
-@pytest.mark.parametrize("topo", ["dual-plane-16", "pyramid-16", "leaf-spine-16"])
+@pytest.mark.parametrize("topo", ["dual-plane-16", "pyramid-16", "leaf-spine-16", "dual-mesh-10"])
 def test_every_link_fails_and_recovers_as_the_reference_computes_it(topo, mode):
-    fab = topofile.load(topo)
+    fab = load(topo)
     check_links(fab, mode, switch_links(fab))
 
 
@@ -103,11 +112,11 @@ def test_a_sample_of_1024_host_links_fails_and_recovers_as_the_reference_compute
     check_links(fab, "adaptive", random.Random(3).sample(switch_links(fab), 12))
 
 
-@pytest.mark.parametrize("topo", ["dual-plane-16", "pyramid-16", "leaf-spine-16"])
+@pytest.mark.parametrize("topo", ["dual-plane-16", "pyramid-16", "leaf-spine-16", "dual-mesh-10"])
 def test_random_walks_of_failures_moves_and_congestion_match_the_reference(topo):
     """Several links down at once, repeated states (memo hits), and slot maps changed by operators
     and congestion between link events (memo entries that no longer hold)."""
-    fab = topofile.load(topo)
+    fab = load(topo)
     fast, ref = pair(fab, "adaptive")
     keys = list(fast.policy._alive)
     fast.precompute_failures()
@@ -187,3 +196,30 @@ def test_a_recovery_that_does_not_restore_the_state_before_the_failure_is_not_ta
     assert fast.policy.slots("leafA0", "leafA3") == fast.policy.base_slots("leafA0", "leafA3")
     assert event_log(fast) == event_log(ref)
     assert len(recomputed) == 3  # the second recovery, from the same state as the first, is a lookup
+
+
+def test_mesh_detours_are_the_same_from_the_memo_as_computed_by_hand():
+    # dual-mesh-10, plane A: leafA0's ports 1..4 go to leafA1..leafA4, leafA1's ports 1..4 to leafA0,
+    # leafA2..leafA4 (the builder's wiring order). leafA0 -- leafA1 fails: towards leafA1 the 16
+    # slots of leafA0 go round the detours leafA2, leafA3, leafA4 (ports 2, 3, 4): slot s -> 2 + s mod 3.
+    # Then leafA2 -- leafA1 (leafA2 port 2) fails too: the slots on port 2 (0, 3, ..., 15) go to the
+    # least used of 3 and 4, alternately (3 first: equal use, lower port), the others stay.
+    fab = load("dual-mesh-10")
+    fast, ref = pair(fab, "adaptive")
+    keys = list(fast.policy._alive)
+    fast.precompute_failures()
+    recomputed = count_recomputes(fast)
+    same_after(fast, ref, link_event("leafA0", 1, False, 1.0), keys)
+    assert recomputed == []  # the memo's answer
+    round_robin = tuple(2 + s % 3 for s in range(16))
+    assert fast.policy.slots("leafA0", "leafA1") == round_robin
+    same_after(fast, ref, link_event("leafA2", 2, False, 2.0), keys)
+    on_2 = [s for s in range(16) if round_robin[s] == 2]
+    want = list(round_robin)
+    for i, s in enumerate(on_2):
+        want[s] = 3 if i % 2 == 0 else 4
+    assert fast.policy.slots("leafA0", "leafA1") == tuple(want)
+    for now, (sw, port) in enumerate([("leafA2", 2), ("leafA0", 1)], start=3):
+        same_after(fast, ref, link_event(sw, port, True, float(now)), keys)
+    assert fast.policy.slots("leafA0", "leafA1") == (1,) * 16
+    assert event_log(fast) == event_log(ref)

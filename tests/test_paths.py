@@ -8,7 +8,7 @@ import pytest
 
 from fabric import topofile
 from fabric.builders import dual_plane, leaf_spine, pyramid
-from fabric.routing import PathTable
+from fabric.routing import PairStats, PathTable
 
 
 @pytest.mark.parametrize("topo, src, dst, hops, paths", [
@@ -120,3 +120,43 @@ def test_segments_cut_every_shortest_path_into_consecutive_pieces(topo):
                     pieces.extend(seg)
                     at += len(seg)
                 assert pieces == links, (src, dst, nodes)
+
+
+# dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh") by hand, from the builder's wiring order
+# (per plane: leaf pairs i < j in order, then the hosts, two per leaf):
+#   leafA0: 1 -> leafA1, 2 -> leafA2, 3 -> leafA3, 4 -> h0, 5 -> h1
+#   leafA1: 1 -> leafA0, 2 -> leafA2, 3 -> leafA3, 4 -> h2, 5 -> h3
+#   leafA2: 1 -> leafA0, 2 -> leafA1, 3 -> leafA3, 4 -> h4, 5 -> h5
+#   leafA3: 1 -> leafA0, 2 -> leafA1, 3 -> leafA2, 4 -> h6, 5 -> h7
+def test_mesh_leaves_have_two_hop_detours_by_hand():
+    t = PathTable(dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh"))
+    assert t.ecmp_ports("leafA0", "leafA1") == (1,)  # the direct link is the only shortest path
+    assert t.detour_ports("leafA0", "leafA1") == (2, 3)  # via leafA2, via leafA3
+    assert t.route_ports("leafA0", "leafA1") == (1, 2, 3)
+    # the detour switch forwards by its own direct link: leafA2 port 2, leafA3 port 2
+    assert t.detour_hop("leafA0", "leafA1", 2) == ("leafA2", 2)
+    assert t.detour_hop("leafA0", "leafA1", 3) == ("leafA3", 2)
+    assert t.detour_hop("leafA0", "leafA1", 1) is None
+    # leafA2 is a detour towards leafA1 for leafA0 (arriving by its port 1) and leafA3 (port 3)
+    assert t.transit_ports("leafA2", "leafA1") == (1, 3)
+    assert t.segment("leafA0", "leafA1", 3) == (("leafA0", 3), ("leafA3", 2))
+    assert t.via("leafA0", "leafA1", 2) == {("leafA0", 2), ("leafA2", 2)}
+    # leafA2 -> leafA1 is crossed by leafA2's direct choice, by leafA0's and leafA3's detours to
+    # leafA1 via leafA2, and by leafA2's own detours via leafA1 (to leafA0 and to leafA3)
+    assert t.crossing("leafA2", 2) == (("leafA0", "leafA1", 2), ("leafA2", "leafA0", 2), ("leafA2", "leafA1", 2),
+                                       ("leafA2", "leafA3", 2), ("leafA3", "leafA1", 3))
+    # every ordered pair of leaves, in each plane, decides: 2 planes x 4 x 3
+    assert len(t.decisions) == 24
+    assert t.pair("h0", "h2") == PairStats(hops=3, paths=2)  # detours are backups, not equal-cost paths
+
+
+@pytest.mark.parametrize("topo", ["dual-plane-16", "pyramid-16", "leaf-spine-16"])
+def test_clos_and_pyramid_planes_have_no_detours(topo):
+    # no triangles: the decisions are the ECMP ones (more than one equal-cost next hop) only
+    fab = topofile.load(topo)
+    t = PathTable(fab)
+    for sw in fab.switches:
+        for dest in t.edge_switches:
+            assert t.detour_ports(sw.name, dest) == () and t.transit_ports(sw.name, dest) == ()
+            assert t.route_ports(sw.name, dest) == t.ecmp_ports(sw.name, dest)
+    assert all(len(t.ecmp_ports(*k)) > 1 for k in t.decisions)

@@ -4,10 +4,13 @@ loaded by name. Expected ports are worked out by hand from the topology files an
 entropy rule (slot = (source port >> 1) & 15 at the leaf tier; slot s -> the (s mod k)-th port)."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from controller.core import ControllerCore
 from fabric import topofile
+from fabric.builders import dual_plane
 from fabric.errors import RoutingError
 from fabric.routing import AdaptivePolicy, EcmpPolicy, PathTable, RouterConfig, StaticPolicy, load_policy
 from tests.fakeoftable import FakeFabric
@@ -134,3 +137,120 @@ def test_a_researchers_policy_keeps_the_operators_pins_too():
             if (m.switch, m.dest) == ("leafA0", "leafA3")] == list(range(1, 16))
     p.on_link_change("spineA3", 4, True, 3.0)
     assert p.slots("leafA0", "leafA3")[0] == 1
+
+
+# ---- two-hop detours in a mesh plane ------------------------------------------------------------
+# dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh"): 4 leaves per plane in full mesh, port
+# numbers by hand in tests/test_paths.py (leafA0: 1 -> leafA1, 2 -> leafA2, 3 -> leafA3; leafA3:
+# 2 -> leafA1). Each leaf's 3 candidates towards another (direct + 2 detours) give the leaf tier
+# 4 bits: slot = (source port >> 1) & 15, so source port 49152 + 2s is slot s.
+MESH = dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh")
+MESH_SPORTS = [49152 + 2 * s for s in range(16)]
+
+
+class UnmemoisedAdaptive(AdaptivePolicy):
+    link_memo = False
+
+
+def _warmed_adaptive():
+    p = AdaptivePolicy(PathTable(MESH))
+    p.precompute_failures()  # every single-link failure below is then a memo lookup
+    return p
+
+
+MESH_POLICIES = {
+    "ecmp": lambda: EcmpPolicy(PathTable(MESH)),  # no reaction: the data plane's fail-over order
+    "adaptive": lambda: AdaptivePolicy(PathTable(MESH)),
+    "adaptive-unmemoised": lambda: UnmemoisedAdaptive(PathTable(MESH)),
+    "adaptive-warmed-memo": _warmed_adaptive,
+}
+
+
+def _dead_links_crossed(p, path):
+    """Leaf-to-leaf hops of `path` over a link that is down."""
+    hops = list(itertools.pairwise(path[1:-1]))
+    ports = {(a.peer, s): a.port for s in ("leafA0", "leafA1", "leafA2", "leafA3") for a in MESH.adjacency[s]}
+    return [(a, b) for a, b in hops if not p.is_up((a, ports[(b, a)]))]
+
+
+@pytest.mark.parametrize("make", MESH_POLICIES.values(), ids=MESH_POLICIES.keys())
+def test_a_failed_mesh_link_detours_over_the_other_leaves_and_comes_back(make):
+    p = make()
+    h0, h2, h4 = MESH.nic("h0", "A"), MESH.nic("h2", "A"), MESH.nic("h4", "A")
+
+    def paths(src=h0, dst=h2):
+        return [p.path(src, dst, sp) for sp in MESH_SPORTS]
+
+    direct = ("h0", "leafA0", "leafA1", "h2")
+    assert paths() == [direct] * 16
+    p.on_link_change("leafA0", 1, False, 1.0)  # leafA0 -- leafA1 in plane A
+    # every slot detours: even slots via leafA2, odd ones via leafA3 (both used, evenly)
+    assert paths() == [("h0", "leafA0", f"leafA{2 + s % 2}", "leafA1", "h2") for s in range(16)]
+    assert p.live_paths(h0, h2) == ((("h0", "leafA0", "leafA2", "leafA1", "h2"), 49152),
+                                    (("h0", "leafA0", "leafA3", "leafA1", "h2"), 49154))
+    assert paths(MESH.nic("h2", "A"), MESH.nic("h0", "A")) == [
+        ("h2", "leafA1", f"leafA{2 + s % 2}", "leafA0", "h0") for s in range(16)]
+    assert all(_dead_links_crossed(p, x) == [] for x in paths())
+    # other pairs and the other plane keep their direct links
+    assert set(paths(h0, h4)) == {("h0", "leafA0", "leafA2", "h4")}
+    assert {p.path(MESH.nic("h0", "B"), MESH.nic("h2", "B"), sp) for sp in MESH_SPORTS} == {
+        ("h0", "leafB0", "leafB1", "h2")}
+    p.on_link_change("leafA0", 1, True, 2.0)
+    assert paths() == [direct] * 16
+
+    # the direct link and leafA0 -- leafA2 down: leafA3 is the only detour left
+    p.on_link_change("leafA0", 1, False, 3.0)
+    p.on_link_change("leafA0", 2, False, 3.1)
+    assert paths() == [("h0", "leafA0", "leafA3", "leafA1", "h2")] * 16
+    # and leafA3 -- leafA1 (leafA3 port 2): no detour left, the pair is dropped in plane A ...
+    p.on_link_change("leafA3", 2, False, 3.2)
+    assert paths() == [None] * 16 and p.live_paths(h0, h2) == ()
+    # ... but not in plane B
+    assert p.path(MESH.nic("h0", "B"), MESH.nic("h2", "B"), 49152) == ("h0", "leafB0", "leafB1", "h2")
+    p.on_link_change("leafA3", 2, True, 4.0)
+    assert paths() == [("h0", "leafA0", "leafA3", "leafA1", "h2")] * 16
+    p.on_link_change("leafA0", 2, True, 4.1)
+    # leafA2 is back as a detour: ecmp's fail-over order takes it for even slots again; adaptive
+    # keeps every slot where it is and evens out by moving the highest slots (15 down to 8) to it
+    via = [2 + s % 2 for s in range(16)] if p.name == "ecmp" else [3] * 8 + [2] * 8
+    assert paths() == [("h0", "leafA0", f"leafA{c}", "leafA1", "h2") for c in via]
+    p.on_link_change("leafA0", 1, True, 4.2)
+    assert paths() == [direct] * 16
+    if p.name == "adaptive":
+        assert p.slots("leafA0", "leafA1") == (1,) * 16 == p.base_slots("leafA0", "leafA1")
+
+
+def test_the_adaptive_policy_moves_the_slots_of_a_failed_mesh_link_to_the_live_detours():
+    p = AdaptivePolicy(PathTable(MESH))
+    assert p.alive("leafA0", "leafA1") == (1,)  # detours are backups: not live ports while the direct link is up
+    p.on_link_change("leafA0", 1, False, 1.0)
+    assert p.alive("leafA0", "leafA1") == (2, 3)
+    assert p.slots("leafA0", "leafA1") == (2, 3) * 8 and p.slots("leafA1", "leafA0") == (2, 3) * 8
+    (event,) = p.events()
+    assert event.trigger == "leafA0:1 down" and len(event.moves) == 32  # 16 slots at each end
+    # leafA2 -- leafA1 down as well: leafA0's detour via leafA2 is dead, every slot via leafA3
+    p.on_link_change("leafA2", 2, False, 2.0)
+    assert p.alive("leafA0", "leafA1") == (3,) and p.slots("leafA0", "leafA1") == (3,) * 16
+    p.on_link_change("leafA0", 1, True, 3.0)
+    assert p.slots("leafA0", "leafA1") == (1,) * 16
+
+
+def test_a_detoured_packet_is_never_detoured_again():
+    # leafA0 -- leafA1 and leafA2 -- leafA1 down, and the policy not reacting (ecmp): leafA0's
+    # fail-over sends even slots to leafA2, whose own fail-over towards leafA1 would send even slots
+    # back to leafA0 (its first detour). A detoured packet leaves leafA2 by its direct link only, so
+    # it is dropped there; odd slots go via leafA3. Under adaptive every slot goes via leafA3.
+    for cls in (EcmpPolicy, AdaptivePolicy):
+        p = cls(PathTable(MESH))
+        p.on_link_change("leafA0", 1, False, 1.0)
+        p.on_link_change("leafA2", 2, False, 1.1)
+        h0, h2, h4 = MESH.nic("h0", "A"), MESH.nic("h2", "A"), MESH.nic("h4", "A")
+        got = [p.path(h0, h2, sp) for sp in MESH_SPORTS]
+        from_h4 = [p.path(h4, h2, sp) for sp in MESH_SPORTS]
+        if cls is EcmpPolicy:
+            assert got == [None if s % 2 == 0 else ("h0", "leafA0", "leafA3", "leafA1", "h2") for s in range(16)]
+            # leafA2's own slots: even ones fail over to leafA0, which cannot forward them on to leafA1
+            assert from_h4 == [None if s % 2 == 0 else ("h4", "leafA2", "leafA3", "leafA1", "h2") for s in range(16)]
+        else:
+            assert got == [("h0", "leafA0", "leafA3", "leafA1", "h2")] * 16
+            assert from_h4 == [("h4", "leafA2", "leafA3", "leafA1", "h2")] * 16

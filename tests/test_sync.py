@@ -9,20 +9,22 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller import ofmsg
 from controller.core import COOKIE, ControllerCore
-from controller.sync import DatapathSync, PollConfig
+from controller.sync import DatapathSync, PollConfig, outgoing
 from fabric import topofile
+from fabric.builders import dual_plane
 from tests.fakeoftable import FakeFabric, apply_out, flow_stats, group_desc
 from tests.test_controller_core import tcp
 
 
 def connect(core, fake, switch, now=0.0):
-    """Run the whole resync protocol for one switch against the fake; returns the session and the
-    messages that changed the switch's tables."""
+    """Run the whole resync protocol for one switch against the fake (its ports as the fake has
+    them: up, or down after `fake.set_link`); returns the session and the messages that changed the
+    switch's tables."""
     dpid = core.fabric.switch_by_name[switch].dpid
     s = DatapathSync(core, dpid)
     (req,) = apply_out(fake, s.on_connect(now))
     assert isinstance(req[1], parser.OFPPortDescStatsRequest)
-    ports = [(a.port, True) for a in core.fabric.adjacency[switch]]
+    ports = [(a.port, (switch, a.port) not in fake.down) for a in core.fabric.adjacency[switch]]
     reqs = apply_out(fake, s.on_port_desc(req[1].xid, ports, False, now))
     kinds = {type(m).__name__: m for _, m in reqs}
     assert set(kinds) == {"OFPGroupDescStatsRequest", "OFPFlowStatsRequest"}
@@ -191,3 +193,29 @@ def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_t
     assert not any(isinstance(m, parser.OFPFlowStatsRequest) for _, m in leaf.due(1.25, hot=True))
     assert any(isinstance(m, parser.OFPFlowStatsRequest) for _, m in leaf.due(1.28, hot=True))
     assert not core.urgent_flow_dpids
+
+
+def test_switches_that_connect_while_a_mesh_link_is_down_forward_over_the_detours():
+    # dual_plane mesh of 4 leaves per plane (ports by hand in tests/test_paths.py): leafA0 -- leafA1
+    # (port 1 at both ends) is down when the switches connect, and their port descriptions say so.
+    # h0 (leafA0) -> h2 (leafA1): slot s = (source port >> 1) & 15 goes via leafA2 if even, leafA3 if odd.
+    fab = dual_plane(hosts=8, hosts_per_leaf=2, plane_kind="mesh")
+    fake = FakeFabric(fab)
+    fake.set_link("leafA0", 1, False)
+    core = ControllerCore(fab, "adaptive")
+    for sw in fab.switches:
+        connect(core, fake, sw.name)
+    ip = str(fab.nic("h2", "A").ip)
+    sports = [49152 + 2 * s for s in range(16)]
+    detours = [["leafA0", f"leafA{2 + s % 2}", "leafA1", "h2"] for s in range(16)]
+    assert [fake.trace("h0", 0, tcp(ip, sp)) for sp in sports] == detours
+    # a restarted controller learns the link is down from the port descriptions and finds every
+    # table (slots on the detours, detour groups, transit flows) right: nothing but barriers
+    core2 = ControllerCore(fab, "adaptive")
+    assert [connect(core2, fake, sw.name)[1] for sw in fab.switches] == [[]] * len(fab.switches)
+    assert [fake.trace("h0", 0, tcp(ip, sp)) for sp in sports] == detours
+    # the link comes back (a port status at each end): direct again
+    fake.set_link("leafA0", 1, True)
+    for sw in ("leafA0", "leafA1"):
+        apply_out(fake, outgoing(core2.on_port_status(fab.switch_by_name[sw].dpid, 1, True, 1.0)))
+    assert {tuple(fake.trace("h0", 0, tcp(ip, sp))) for sp in sports} == {("leafA0", "leafA1", "h2")}

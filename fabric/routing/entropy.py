@@ -1,7 +1,8 @@
 """How a flow's transport source port picks its path: the entropy plan.
 
-At every ECMP decision point (a switch with more than one equal-cost next hop towards a destination
-edge switch) a flow falls into one of `2**bits` *slots*, read from its TCP/UDP source port:
+At every decision point (a switch with more than one equal-cost next hop towards a destination edge
+switch, or with two-hop detours: `PathTable.route_ports`) a flow falls into one of `2**bits`
+*slots*, read from its TCP/UDP source port:
 
     slot = (src_port >> (1 + shift)) & (2**bits - 1)
 
@@ -96,12 +97,13 @@ def channel_sport(entropy: EntropyPlan, channel: int) -> int:
 
 
 def plan_entropy(table: PathTable) -> EntropyPlan:
-    """Give each tier with ECMP decisions a bit field wide enough for twice its largest fan-out."""
+    """Give each tier with decisions a bit field wide enough for twice its largest fan-out (its
+    equal-cost ports and detours: `PathTable.route_ports`)."""
     fab = table.fabric
     widest: dict[int, int] = {}
     for switch, dest in table.decisions:
         tier = ROLE_TIER[fab.switch_by_name[switch].role]
-        widest[tier] = max(widest.get(tier, 0), len(table.ecmp_ports(switch, dest)))
+        widest[tier] = max(widest.get(tier, 0), len(table.route_ports(switch, dest)))
     fields: dict[int, tuple[int, int]] = {}
     shift = 0
     for tier in sorted(widest):

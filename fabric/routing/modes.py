@@ -5,7 +5,9 @@
 - `ecmp`: every flow's source port picks a slot, every slot a next hop (`fabric.routing.entropy`);
   the data plane skips a dead local port (fast-failover buckets); the policy itself never reacts.
 - `adaptive`: `ecmp`, plus fabric-wide failover (a link going down removes every choice, anywhere,
-  whose paths all cross it; it coming back restores them) and congestion-aware moves (a hot link
+  whose paths all cross it; it coming back restores them; a mesh plane's direct link going down puts
+  its slots on the live two-hop detours, spread evenly, and its recovery puts them back) and
+  congestion-aware moves (a hot link
   moves one of the elephants sharing it to the alternative path with the fewest elephants; see
   `AdaptivePolicy._relieve`; then that decision point and that link are left alone for `hold_s`,
   while the samples that follow confirm the move). Slots an operator pinned keep their port
@@ -64,7 +66,7 @@ class AdaptivePolicy(EcmpPolicy):
         if key in self._pins:
             return self._remap(key, cause)
         current = self._slots[key]
-        if len(alive) == len(self.table.ecmp_ports(*key)):
+        if alive == self.table.ecmp_ports(*key):
             new = self._base[key]
         else:
             new = _rebalance(current, alive, _NO_PINS)
@@ -83,7 +85,7 @@ class AdaptivePolicy(EcmpPolicy):
         if not alive:
             return []  # unreachable from here in this plane: nothing better to do
         pins = {s: p for s, p in self._pins.get(key, {}).items() if p in alive}
-        if len(alive) == len(self.table.ecmp_ports(*key)):
+        if alive == self.table.ecmp_ports(*key):
             new = list(self._base[key])
             for s, p in pins.items():
                 new[s] = p
@@ -144,7 +146,7 @@ class AdaptivePolicy(EcmpPolicy):
             if key not in self._base or self._hold_until.get(key, -1.0) > now:
                 continue
             slots = self._slots[key]
-            if any((sw, q) in self._down for q in self.table.ecmp_ports(sw, dest)):
+            if any((sw, q) in self._down for q in self.candidates(sw, dest)):
                 on_port = [s for s in range(len(slots)) if self.egress(sw, dest, s) == port]
             else:
                 on_port = [s for s, p in enumerate(slots) if p == port]

@@ -22,6 +22,15 @@ subclass that overrides the reaction gets the reference computation unless it de
 all-up mapping of the decision points it is given). `precompute_failures` warms the memo with every
 single-link failure from the current state.
 
+Two-hop detours (`PathTable.detour_ports`; a mesh plane's other leaves) are backups: a decision
+point's live ports (`alive`) are its live equal-cost ports, and only where none is left its live
+detours (a detour is live when both its links are up), so slots go over a detour only while the
+direct link is down, spread over the live detours by slot as ECMP spreads them over ports, and come
+back when it recovers. The detour switch forwards a detoured packet by its direct link, never on
+(`path`; the controller matches such packets by their in-port), so no path loops. The data plane's
+fast-failover order (`failover_order`) rotates the detours by slot, so even before the policy
+reacts (or under `ecmp`, which never does) a failed direct link's slots spread over the detours.
+
 An operator's move (`move`) pins the slot: whatever a policy's reaction does, the base class puts a
 pinned slot back on the operator's port whenever that port is alive (a failure may move it off for
 as long as the port's paths are dead; the recovery brings it back), until the operator releases it
@@ -51,7 +60,7 @@ SlotKey = tuple[str, str, int]  # (switch, destination edge switch, slot)
 CAUSES = ("failure", "recovery", "congestion", "manual")
 #: methods whose override makes a subclass's link reaction its own (see `RoutingPolicy.link_memo`)
 _REACTION_METHODS = ("on_link_change", "react_to_link", "initial_port", "_keep_pins", "_set_slot",
-                     "_port_alive", "_update_liveness", "_remap")
+                     "_port_alive", "_live_tier", "_update_liveness", "_remap")
 #: memoised link events kept at most (oldest dropped first)
 LINK_MEMO_ENTRIES = 1 << 14
 
@@ -220,7 +229,8 @@ class RoutingPolicy:
         # and the choices whose paths may cross either, nearest the destination first (both filled
         # on first use)
         self._ends: dict[DirectedLink, _Ends] = {}
-        self._crossing_order: dict[DirectedLink, tuple[tuple[DecisionPoint, str, str, int], ...]] = {}
+        # (a choice's decision point, switch, dest, port, whether that decision point has detours)
+        self._crossing_order: dict[DirectedLink, tuple[tuple[DecisionPoint, str, str, int, bool], ...]] = {}
         self._same_key = {k: k for k in self._live}  # one key object per (switch, dest): memo entries share them
         # (link, up, down mask before) -> (decision points whose liveness changed, their slot maps
         # before, their live ports after, the decision points moved, their slot maps after, moves)
@@ -310,8 +320,26 @@ class RoutingPolicy:
         return (switch, dest) in self._base
 
     def candidates(self, switch: str, dest: str) -> tuple[int, ...]:
-        """Every equal-cost next-hop port (the data plane's fail-over order starts from the slot's)."""
-        return self.table.ecmp_ports(switch, dest)
+        """Every next-hop port a slot may take: the equal-cost ones, then the two-hop detours (the
+        data plane's fail-over order, `failover_order`, starts from the slot's)."""
+        return self.table.route_ports(switch, dest)
+
+    def failover_order(self, switch: str, dest: str, slot: int, port: int) -> tuple[int, ...]:
+        """The ports the data plane tries, in order, for `slot` on `port` at a decision point (its
+        fast-failover group): `port`, then the other candidates in order; for a slot on an
+        equal-cost port of a switch with k detours, the detours rotated by the slot (slot s tries
+        the (s mod k)-th first), so that a failed direct link spreads its slots over the detours
+        in the data plane already."""
+        routes = self.table.route_ports(switch, dest)
+        n = len(self.table.ecmp_ports(switch, dest))
+        k = len(routes) - n
+        return _failover_order(routes, n, slot % k if k else 0, port)
+
+    def failover_orders(self, switch: str, dest: str) -> tuple[tuple[int, ...], ...]:
+        """Every distinct `failover_order` at a decision point (one group each in the data plane)."""
+        routes = self.table.route_ports(switch, dest)
+        n = len(self.table.ecmp_ports(switch, dest))
+        return _failover_orders(routes, n)
 
     def port(self, switch: str, dest: str, slot: int = 0) -> int:
         """The port a packet of `slot` leaves `switch` by, towards destination edge switch `dest`."""
@@ -335,8 +363,8 @@ class RoutingPolicy:
     def egress(self, switch: str, dest: str, slot: int = 0) -> int | None:
         """The port the data plane sends a packet of `slot` out by now, towards `dest`: at a decision
         point the slot's port or, if that port is down, the first live one of its fast-failover
-        order (the slot's port, then the other equal-cost ports in order); elsewhere `port`. None
-        if that port is down (the packet is dropped)."""
+        order (`failover_order`); elsewhere `port`. None if that port is down (the packet is
+        dropped)."""
         slots = self._slots.get((switch, dest))
         if slots is None:
             first = self.port(switch, dest)
@@ -344,7 +372,7 @@ class RoutingPolicy:
         first = slots[slot]
         if (switch, first) not in self._down:
             return first
-        for port in self.table.ecmp_ports(switch, dest):
+        for port in self.failover_order(switch, dest, slot, first):
             if (switch, port) not in self._down:
                 return port
         return None
@@ -360,19 +388,29 @@ class RoutingPolicy:
 
     def path(self, src: NicPort, dst: NicPort, src_port: int) -> tuple[str, ...] | None:
         """Nodes a flow from NIC `src` to NIC `dst` with this source port crosses now, hosts
-        included, as the data plane forwards it (`egress` at every switch); None if it is dropped
-        (a dead link on its way)."""
+        included, as the data plane forwards it (`egress` at every switch; after a two-hop detour,
+        the detour switch's direct link to the destination); None if it is dropped (a dead link on
+        its way)."""
         if src.plane != dst.plane:
             raise RoutingError(f"{src.host} ({src.plane}) and {dst.host} ({dst.plane}) are in different planes")
         if not self._edges_up(src, dst):
             return None
         nodes = [src.host, src.switch]
         node = src.switch
+        transit: DirectedLink | None = None  # after a detour: the detour switch's direct link
         while node != dst.switch:
-            slot = self.entropy.slot(self._tier[node], src_port) if (node, dst.switch) in self._slots else 0
-            port = self.egress(node, dst.switch, slot)
-            if port is None:
-                return None
+            if transit is not None:
+                port = transit[1]
+                if transit in self._down:
+                    return None
+                transit = None
+            else:
+                slot = self.entropy.slot(self._tier[node], src_port) if (node, dst.switch) in self._slots else 0
+                egress = self.egress(node, dst.switch, slot)
+                if egress is None:
+                    return None
+                port = egress
+                transit = self.table.detour_hop(node, dst.switch, port)
             node = self.table.peer(node, port)[0]
             nodes.append(node)
             if len(nodes) > self._loop_limit():
@@ -392,12 +430,18 @@ class RoutingPolicy:
         found: dict[tuple[str, ...], int] = {}
         dest = dst.switch
 
-        def walk(node: str, nodes: tuple[str, ...], allowed: dict[int, tuple[int, ...]]) -> None:
+        def walk(node: str, nodes: tuple[str, ...], allowed: dict[int, tuple[int, ...]],
+                 transit: DirectedLink | None = None) -> None:
             if node == dest:
                 found[nodes + (dst.host,)] = plan.src_port_for({t: s[0] for t, s in allowed.items()})
                 return
             if len(nodes) > self._loop_limit():
                 raise RoutingError(f"paths {src.host} -> {dst.host} loop: {nodes[:8]}...")
+            if transit is not None:  # a detoured packet: the detour switch's direct link, or nothing
+                if transit not in self._down:
+                    nxt = self.table.peer(*transit)[0]
+                    walk(nxt, nodes + (nxt,), allowed)
+                return
             by_port: dict[int, list[int]] = {}
             if (node, dest) in self._slots:
                 # a flow keeps its slot at every switch of one tier: a tier met twice is already decided
@@ -413,7 +457,8 @@ class RoutingPolicy:
                     by_port[port] = []
             for port, slots in by_port.items():
                 nxt = self.table.peer(node, port)[0]
-                walk(nxt, nodes + (nxt,), {**allowed, tier: tuple(slots)} if slots else allowed)
+                walk(nxt, nodes + (nxt,), {**allowed, tier: tuple(slots)} if slots else allowed,
+                     self.table.detour_hop(node, dest, port))
 
         walk(src.switch, (src.host, src.switch), {})
         return tuple(sorted(found.items()))
@@ -535,13 +580,24 @@ class RoutingPolicy:
             keys = {k for e in link[0] for k in self.table.crossing(*e)}
             dist = self.table.switch_hops
             same = self._same_key
+            detours = self.table.detour_ports
             order = self._crossing_order[(switch, port)] = tuple(
-                (same[(sw, dest)], sw, dest, p) for sw, dest, p in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)))
+                (same[(sw, dest)], sw, dest, p, bool(detours(sw, dest)))
+                for sw, dest, p in sorted(keys, key=lambda k: (dist(k[0], k[1]) or 0, k)))
         changed: dict[DecisionPoint, None] = {}
         before: list[tuple[int, ...]] = []
-        for key, sw, dest, p in order:
+        tiered: set[DecisionPoint] = set()
+        for key, sw, dest, p, has_detours in order:
             alive = self._alive[key]
-            if self._port_alive(sw, dest, p) != (p in alive):
+            if has_detours:  # its live ports are a tier (module docstring): recomputed whole, once
+                if key in tiered:
+                    continue
+                tiered.add(key)
+                now_alive = self._live_tier(sw, dest)
+                if now_alive == alive:
+                    continue
+                self._alive[key] = now_alive
+            elif self._port_alive(sw, dest, p) != (p in alive):
                 every = self.table.ecmp_ports(sw, dest)
                 toggled = self._toggled.get((every, alive, p))
                 if toggled is None:
@@ -549,9 +605,11 @@ class RoutingPolicy:
                     now_alive = tuple(q for q in every if q in ports)
                     toggled = self._toggled[(every, alive, p)] = self._same_alive.setdefault(now_alive, now_alive)
                 self._alive[key] = toggled
-                if key not in changed:
-                    changed[key] = None
-                    before.append(alive)
+            else:
+                continue
+            if key not in changed:
+                changed[key] = None
+                before.append(alive)
         self._alive_before = tuple(before)
         return tuple(changed)
 
@@ -713,8 +771,8 @@ class RoutingPolicy:
     def _set_slot(self, key: DecisionPoint, slot: int, port: int, cause: str) -> SlotMove:
         if cause not in CAUSES:
             raise RoutingError(f"cause {cause!r} is not one of {CAUSES}")
-        if port not in self.table.ecmp_ports(*key):
-            raise RoutingError(f"port {port} of {key[0]} is not an equal-cost next hop towards {key[1]}")
+        if port not in self.table.route_ports(*key):
+            raise RoutingError(f"port {port} of {key[0]} is not a next hop (equal-cost or detour) towards {key[1]}")
         slots = self._slots[key]
         move = SlotMove(key[0], key[1], slot, slots[slot], port, cause)
         self._slots[key] = slots[:slot] + (port,) + slots[slot + 1:]
@@ -740,10 +798,22 @@ class RoutingPolicy:
                 for k, m in last.items() if first[k].old_port != m.new_port]
 
     def _port_alive(self, sw: str, dest: str, port: int) -> bool:
+        """Whether equal-cost port `port` of `sw` still leads to `dest`."""
         if (sw, port) in self._down:
             return False
         nxt = self.table.peer(sw, port)[0]
         return nxt == dest or bool(self._alive.get((nxt, dest)))
+
+    def _live_tier(self, sw: str, dest: str) -> tuple[int, ...]:
+        """The live ports of a decision point with detours: its live equal-cost ports, or where none
+        is left, its detours whose both links are up."""
+        table = self.table
+        live = tuple(p for p in table.ecmp_ports(sw, dest) if self._port_alive(sw, dest, p))
+        if not live:
+            down = self._down
+            live = tuple(p for p in table.detour_ports(sw, dest)
+                         if (sw, p) not in down and table.detour_hop(sw, dest, p) not in down)
+        return self._same_alive.setdefault(live, live)
 
     def _record(self, now: float, cause: str, trigger: str, moves: Iterable[SlotMove], started: float) -> None:
         if moves:
@@ -769,6 +839,7 @@ class RoutingPolicy:
         return {d: p for (s, d), p in sorted(self._slots.items()) if s == switch}
 
     def alive(self, switch: str, dest: str) -> tuple[int, ...]:
+        """The ports slots may take now: the live equal-cost ones; where none is live, the live detours."""
         return self._alive.get((switch, dest), ())
 
     def has_link(self, link: DirectedLink) -> bool:
@@ -820,3 +891,17 @@ class RoutingPolicy:
                 out[m.cause] += 1
         return out
 
+
+@functools.lru_cache(maxsize=4096)
+def _failover_order(routes: tuple[int, ...], n_primary: int, rotation: int, port: int) -> tuple[int, ...]:
+    """`RoutingPolicy.failover_order` for candidates `routes` (the first `n_primary` equal-cost)."""
+    primaries, detours = routes[:n_primary], routes[n_primary:]
+    if port in primaries and detours:
+        detours = detours[rotation:] + detours[:rotation]
+    return (port,) + tuple(q for q in primaries + detours if q != port)
+
+
+@functools.lru_cache(maxsize=4096)
+def _failover_orders(routes: tuple[int, ...], n_primary: int) -> tuple[tuple[int, ...], ...]:
+    rotations = range(max(1, len(routes) - n_primary))
+    return tuple(sorted({_failover_order(routes, n_primary, r, p) for p in routes for r in rotations}))

@@ -9,10 +9,23 @@ hosts are in (a dual-plane host can use either plane).
 Indexed for the decisions: `via(switch, dest, port)` is the set of directed links that paths leaving
 `switch` by `port` towards `dest` may cross, and `crossing(link)` inverts it ("which choices send
 traffic over this link" is a lookup). `segment(switch, dest, port)` is the part of those paths that
-is certain: the links from `switch` by `port` up to the next ECMP decision point (a switch with more
-than one equal-cost next hop) or `dest`; beyond it, the next decision point's own choice decides.
-Every link of a path belongs to exactly one segment of it, so a flow measured at each decision point
-it crosses is counted once per link; `segments_through(link)` inverts it.
+is certain: the links from `switch` by `port` up to the next decision point (a switch with more
+than one equal-cost next hop, or with detours, below) or `dest`; beyond it, the next decision
+point's own choice decides. Every link of a path belongs to exactly one segment of it, so a flow
+measured at each decision point it crosses is counted once per link; `segments_through(link)`
+inverts it.
+
+Two-hop detours (backups, not equal-cost paths): where a switch's only shortest way to a destination
+edge switch is their direct link, every switch linked to both is a detour (`detour_ports`): the
+packet goes to it, and it forwards by its own direct link to the destination, nothing else
+(`detour_hop`; the packets it receives from the switches whose detour it is are the ones it must
+forward so: `transit_ports`). In the built-in fabrics that is a mesh plane (`plane_kind="mesh"`:
+any two leaves and a third form a triangle); Clos and pyramid planes have no triangles, hence no
+detours. A detour is one hop that keeps the distance to the destination at 1, then the detour
+switch's direct link, and a detoured packet is never detoured again, so no path loops.
+`route_ports` are the equal-cost ports, then the detours: a switch with more than one is a decision
+point; `via`, `crossing`, `segment` and `segments_through` cover detours too (a detour's segment
+is both its links).
 """
 from __future__ import annotations
 
@@ -42,6 +55,12 @@ class PathTable:
         self._count: dict[str, dict[str, int]] = {}
         # (switch, dest switch) -> next-hop ports on shortest paths, ascending
         self._next: dict[tuple[str, str], tuple[int, ...]] = {}
+        # (switch, dest switch) -> its direct port, then its detour ports ascending (detours only)
+        self._routes: dict[tuple[str, str], tuple[int, ...]] = {}
+        # (switch, dest switch, detour port) -> the detour's second hop: (detour switch, its direct port)
+        self._detour_hop: dict[tuple[str, str, int], tuple[str, int]] = {}
+        # (switch, dest switch) -> in-ports whose packets towards dest arrive on a detour, ascending
+        self._transit: dict[tuple[str, str], tuple[int, ...]] = {}
         self.edge_switches: tuple[str, ...] = tuple(sorted({p.switch for p in fabric.nic_ports}))
         # (switch, dest switch, port) -> directed links (switch, port) that shortest paths from
         # `switch` leaving by `port` towards `dest` may cross, the first hop included
@@ -51,6 +70,7 @@ class PathTable:
         self._segment: dict[tuple[str, str, int], tuple[tuple[str, int], ...]] = {}
         for dest in self.edge_switches:
             self._bfs(dest)
+            self._detours(dest)
             self._via_links(dest)
             self._segment_links(dest)
         # directed link -> the (switch, dest, port) choices whose paths may cross it / whose segment holds it
@@ -82,6 +102,25 @@ class PathTable:
         self._dist[dest] = dist
         self._count[dest] = count
 
+    def _detours(self, dest: str) -> None:
+        """Two-hop detours towards `dest`: from each switch linked to it, via each switch linked to both."""
+        fab = self.fabric
+        dist = self._dist[dest]
+        transit: dict[str, list[int]] = {}
+        for s in sorted(dist):
+            if dist[s] != 1:
+                continue
+            detours = []
+            for adj in fab.adjacency[s]:
+                if adj.peer != dest and dist.get(adj.peer) == 1 and adj.peer in fab.switch_by_name:
+                    detours.append(adj.port)
+                    self._detour_hop[(s, dest, adj.port)] = (adj.peer, self._next[(adj.peer, dest)][0])
+                    transit.setdefault(adj.peer, []).append(adj.peer_port)
+            if detours:
+                self._routes[(s, dest)] = self._next[(s, dest)] + tuple(detours)
+        for c, ports in transit.items():
+            self._transit[(c, dest)] = tuple(sorted(ports))
+
     def _via_links(self, dest: str) -> None:
         dist = self._dist[dest]
         reach: dict[str, frozenset[tuple[str, int]]] = {dest: frozenset()}
@@ -89,7 +128,13 @@ class PathTable:
             if s == dest:
                 continue
             acc: set[tuple[str, int]] = set()
-            for port in self._next[(s, dest)]:
+            for port in self.route_ports(s, dest):
+                hop = self._detour_hop.get((s, dest, port))
+                if hop is not None:  # the detour switch forwards by its direct link, nothing else
+                    via = frozenset({(s, port), hop})
+                    self._via[(s, dest, port)] = via
+                    acc |= via
+                    continue
                 peer = self.peer(s, port)[0]
                 via = frozenset({(s, port)}) | reach[peer]
                 self._via[(s, dest, port)] = via
@@ -102,8 +147,12 @@ class PathTable:
         for s in sorted(dist, key=dist.__getitem__):
             if s == dest:
                 continue
-            ports = self._next[(s, dest)]
+            ports = self.route_ports(s, dest)
             for port in ports:
+                hop = self._detour_hop.get((s, dest, port))
+                if hop is not None:
+                    self._segment[(s, dest, port)] = ((s, port), hop)
+                    continue
                 peer = self.peer(s, port)[0]
                 rest = tail.get(peer, ()) if peer != dest else ()
                 self._segment[(s, dest, port)] = ((s, port),) + rest
@@ -126,6 +175,27 @@ class PathTable:
         """Equal-cost next-hop ports from `switch` towards edge switch `dest_switch` (empty at dest)."""
         return self._next.get((switch, dest_switch), ())
 
+    def route_ports(self, switch: str, dest_switch: str) -> tuple[int, ...]:
+        """Every port a decision at `switch` towards `dest_switch` may choose: the equal-cost ports,
+        then the two-hop detours (module docstring)."""
+        return self._routes.get((switch, dest_switch)) or self._next.get((switch, dest_switch), ())
+
+    def detour_ports(self, switch: str, dest_switch: str) -> tuple[int, ...]:
+        """Ports of `switch` to the switches linked to both it and `dest_switch` (when its only
+        shortest way there is the direct link), ascending; empty elsewhere."""
+        routes = self._routes.get((switch, dest_switch))
+        return routes[1:] if routes else ()
+
+    def detour_hop(self, switch: str, dest_switch: str, port: int) -> tuple[str, int] | None:
+        """For a detour port: the directed link the detour switch forwards by (its direct link to
+        `dest_switch`); None for any other port."""
+        return self._detour_hop.get((switch, dest_switch, port))
+
+    def transit_ports(self, switch: str, dest_switch: str) -> tuple[int, ...]:
+        """In-ports of `switch` by which packets towards `dest_switch` arrive on a detour (from the
+        switches whose detour it is): they must leave by its direct link, never detour again."""
+        return self._transit.get((switch, dest_switch), ())
+
     def via(self, switch: str, dest_switch: str, port: int) -> frozenset[tuple[str, int]]:
         """Directed links that paths from `switch` by `port` towards `dest_switch` may cross."""
         return self._via[(switch, dest_switch, port)]
@@ -136,7 +206,8 @@ class PathTable:
 
     def segment(self, switch: str, dest_switch: str, port: int) -> tuple[tuple[str, int], ...]:
         """Directed links a packet leaving `switch` by `port` towards `dest_switch` crosses for sure:
-        up to the next switch with more than one equal-cost next hop, or to `dest_switch`."""
+        up to the next decision point (a switch with more than one `route_ports`), or to
+        `dest_switch`; a detour's two links."""
         return self._segment[(switch, dest_switch, port)]
 
     def segments_through(self, switch: str, port: int) -> tuple[tuple[str, str, int], ...]:
@@ -145,8 +216,9 @@ class PathTable:
 
     @cached_property
     def decisions(self) -> tuple[tuple[str, str], ...]:
-        """(switch, dest switch) pairs with more than one equal-cost next hop: the ECMP decision points."""
-        return tuple(sorted(k for k, ports in self._next.items() if len(ports) > 1))
+        """(switch, dest switch) pairs with more than one equal-cost next hop, or with detours: the
+        decision points."""
+        return tuple(sorted(k for k, ports in self._next.items() if len(ports) > 1 or k in self._routes))
 
     def switch_hops(self, src_switch: str, dst_switch: str) -> int | None:
         return self._dist[dst_switch].get(src_switch)
