@@ -10,6 +10,8 @@
                                                 replay a trace's collectives as real TCP bytes; with no
                                                 arguments: the built-in trace on dual-plane-16 (adaptive)
                                                 and pyramid-16 (ecmp), side by side
+    fabriclab sim [TRACE] [--topology T ...] [--routing R ...] [--link-down SW:PORT@US ...]
+                                                the same on the flow-level simulator: no root, any size
     fabriclab report DIR [DIR2]                 re-render a run's report, or put two runs side by side
     fabriclab record OUT [--ranks 4 --steps 6]  record a small real DDP job (PyTorch, gloo) as Kineto traces
 
@@ -213,7 +215,16 @@ def _replay_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from fabriclab.replay import replay_on_emulation
+    return _run_workload(args, "emulation")
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    return _run_workload(args, "flowsim")
+
+
+def _run_workload(args: argparse.Namespace, backend: str) -> int:
+    """`replay` (emulation) and `sim` (flowsim): one trace over one or two (topology, routing) pairs,
+    a report per run and, for two, the comparison."""
     from traffic import report
     from traffic.replay import ReplayOptions
     from traffic.traces import BUILTIN_TRACE, load
@@ -221,40 +232,44 @@ def cmd_replay(args: argparse.Namespace) -> int:
     trace = args.trace or str(BUILTIN_TRACE)
     label = trace if args.trace else f"builtin ({BUILTIN_TRACE.name})"
     workload = load(trace, compute_gap_us=args.compute_gap_us)
+    pairs = _replay_pairs(args)
+    fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
     ranks = args.ranks
     if ranks is None and not args.trace:
         ranks = 16  # the built-in 4-rank recording, mapped onto every host of the 16-host fabrics
-    opts = ReplayOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
-                         mbps_per_gbps=args.mbps_per_gbps, dilation=args.dilation, repeat=args.repeat,
-                         compute="slept" if args.sleep_compute else "composed",
-                         compute_gap_us=args.compute_gap_us or 0.0)
-    pairs = _replay_pairs(args)
-    fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
+    common = dict(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
+                  repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0)
+    if backend == "emulation":
+        opts = ReplayOptions(**common, mbps_per_gbps=args.mbps_per_gbps, dilation=args.dilation,  # type: ignore[arg-type]
+                             compute="slept" if args.sleep_compute else "composed")
+    else:
+        from fabric.flowsim import SimOptions
+        from traffic.replay.simulate import parse_link_event
+
+        opts = ReplayOptions(**common)  # type: ignore[arg-type]
+        if args.per_transfer_us < 0 or args.per_hop_us < 0:
+            raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
+                                 f"and {args.per_hop_us:g}")
+        sim_opts = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6)
+        link_events = {fab.name: [parse_link_event(t, fab, up) for up, texts in ((False, args.link_down or []),
+                                                                                   (True, args.link_up or []))
+                                  for t in texts] for fab, _ in fabrics}
     out = Path(args.out)
     results = []
     log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
+    verb = "replaying" if backend == "emulation" else "simulating"
     for fab, routing in fabrics:
         ports = args.ports if args.ports != "auto" else ("planned" if routing == "adaptive" else "hashed")
         run_opts = dataclasses.replace(opts, ports=ports, seed=args.seed)
         sub = out / f"{fab.name}-{routing.replace(':', '_').replace('/', '_')}" if len(fabrics) > 1 else out
-        log(f"[fabriclab] replaying {label} on {fab.name} ({routing})")
-        bar = None
-        if not args.json and sys.stderr.isatty():
-            from tqdm import tqdm
+        log(f"[fabriclab] {verb} {label} on {fab.name} ({routing})")
+        if backend == "emulation":
+            result = _replay_with_bar(workload, label, fab, routing, run_opts, sub, args.json, log)
+        else:
+            from traffic.replay.simulate import simulate_replay
 
-            bar = tqdm(total=0, unit="coll", desc=f"{fab.name} {routing}", leave=False)
-
-        def progress(n: int, total: int, bar: Any = bar) -> None:
-            if bar is not None:
-                bar.total = total
-                bar.update(n - bar.n)
-
-        try:
-            result = replay_on_emulation(workload, label, fab, routing, run_opts, sub, progress=progress,
-                                         log=lambda msg: log(f"[fabriclab] {msg}"))
-        finally:
-            if bar is not None:
-                bar.close()
+            result = simulate_replay(workload, label, fab, routing, run_opts, sim_opts, link_events[fab.name])
+            result.write(sub)
         report.write_report(result, sub)
         results.append((sub, result))
         log(f"[fabriclab] {fab.name} ({routing}): report in {sub / 'report.html'}")
@@ -272,6 +287,29 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(report.format_summary(report.summarize(results[0][1])))
         print(f"report       {results[0][0] / 'report.html'}")
     return 0
+
+
+def _replay_with_bar(workload: Any, label: str, fab: Any, routing: str, run_opts: Any, sub: Path, quiet: bool,
+                     log: Any) -> Any:
+    from fabriclab.replay import replay_on_emulation
+
+    bar = None
+    if not quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit="coll", desc=f"{fab.name} {routing}", leave=False)
+
+    def progress(n: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.update(n - bar.n)
+
+    try:
+        return replay_on_emulation(workload, label, fab, routing, run_opts, sub, progress=progress,
+                                   log=lambda msg: log(f"[fabriclab] {msg}"))
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -314,6 +352,33 @@ def cmd_clean(args: argparse.Namespace) -> int:
     return 0
 
 
+def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
+    """The arguments `replay` and `sim` share: the trace, the fabrics and routings, the plan."""
+    p.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory (default: the built-in "
+                                                             "recording, mapped onto 16 ranks)")
+    p.add_argument("--topology", action="append", metavar="T",
+                   help="topology file or shipped name; repeat for a side-by-side comparison "
+                        "(default: dual-plane-16 and pyramid-16)")
+    p.add_argument("--routing", action="append", metavar="R",
+                   help=ROUTING_HELP + "; one per --topology (default: adaptive, and ecmp for pyramid-16)")
+    p.add_argument("--ranks", type=int, help="map a data-parallel trace onto this many ranks "
+                                             "(default: every host for a single-rank trace)")
+    p.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
+    p.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default), tree, "
+                                                        "halving_doubling, hierarchical, or auto")
+    p.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
+    p.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
+                   help="connection source ports: planned (each channel on its own equal-cost path), hashed "
+                        "(random, as the OS picks them: classic ECMP collisions), or auto: planned under "
+                        "adaptive routing, hashed otherwise (default)")
+    p.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
+    p.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times (more samples for p99)")
+    p.add_argument("--compute-gap-us", type=float, default=None,
+                   help="compute before each collective, for traces without timings")
+    p.add_argument("--out", default=default_out, help=f"output directory (default {default_out})")
+    p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fabriclab", description="A lab for AI-training cluster networks.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -353,37 +418,28 @@ def build_parser() -> argparse.ArgumentParser:
     tshow.set_defaults(func=cmd_trace_show)
 
     rp = sub.add_parser("replay", help="replay a trace's collectives as real TCP bytes over the emulated fabric")
-    rp.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory (default: the built-in "
-                                                              "recording, mapped onto 16 ranks)")
-    rp.add_argument("--topology", action="append", metavar="T",
-                    help="topology file or shipped name; repeat for a side-by-side comparison "
-                         "(default: dual-plane-16 and pyramid-16)")
-    rp.add_argument("--routing", action="append", metavar="R",
-                    help=ROUTING_HELP + "; one per --topology (default: adaptive, and ecmp for pyramid-16)")
-    rp.add_argument("--ranks", type=int, help="map a data-parallel trace onto this many ranks "
-                                              "(default: every host for a single-rank trace)")
-    rp.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
-    rp.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default), tree, "
-                                                         "halving_doubling, hierarchical, or auto")
-    rp.add_argument("--channels", type=int, default=2, help="TCP connections per plane per host pair (default 2)")
+    _workload_args(rp, "results/replay")
     rp.add_argument("--mbps-per-gbps", type=float, default=None,
                     help="emulated Mbit/s per real Gbit/s (default: the fastest host NIC at 1 Mbit/s, where the 2-core "
                          "machine stays faithful with every host busy on both planes, agents and controller included)")
     rp.add_argument("--dilation", type=float, help="emulated time / real time (default: chosen so that "
                                                     "collectives are bandwidth-bound)")
-    rp.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
-                    help="connection source ports: planned (each channel on its own equal-cost path), hashed "
-                         "(random, as the OS picks them: classic ECMP collisions), or auto: planned under "
-                         "adaptive routing, hashed otherwise (default)")
-    rp.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
-    rp.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times (more samples for p99)")
     rp.add_argument("--sleep-compute", action="store_true",
                     help="sleep compute gaps at the dilation instead of composing the step timeline (slow)")
-    rp.add_argument("--compute-gap-us", type=float, default=None,
-                    help="compute before each collective, for traces without timings")
-    rp.add_argument("--out", default="results/replay", help="output directory (default results/replay)")
-    rp.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     rp.set_defaults(func=cmd_replay)
+
+    sm = sub.add_parser("sim", help="run a trace's collectives on the flow-level simulator (no root; any size), "
+                                    "with the same plan, routing and report as replay")
+    _workload_args(sm, "results/sim")
+    sm.add_argument("--per-transfer-us", type=float, default=0.0,
+                    help="fixed overhead per point-to-point transfer, real microseconds (default 0)")
+    sm.add_argument("--per-hop-us", type=float, default=0.0,
+                    help="latency per link of a transfer's path, real microseconds (default 0)")
+    sm.add_argument("--link-down", action="append", metavar="SWITCH:PORT@US",
+                    help="take a link down at a real time (microseconds since the first collective); repeatable")
+    sm.add_argument("--link-up", action="append", metavar="SWITCH:PORT@US",
+                    help="bring a link back up at a real time; repeatable")
+    sm.set_defaults(func=cmd_sim)
 
     rep = sub.add_parser("report", help="re-render a run's report, or two runs side by side")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="one or two run directories (with result.json)")

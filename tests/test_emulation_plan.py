@@ -88,6 +88,7 @@ def test_parse_fping_and_iperf():
     assert res.mbps == pytest.approx(10.2)
     # intervals ending after 1 s: 10, 20, 11 Mbit/s -> median 11
     assert res.steady_mbps == pytest.approx(11.0)
+    assert res.best_mbps == pytest.approx(20.0)  # not the 9 Mbit/s interval of the warm-up
     with pytest.raises(EmulationError, match="h0 -> h1 gave no result"):
         parse_iperf_json("iperf3: error - unable to connect", "h0 -> h1", 1.0)
 

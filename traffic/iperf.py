@@ -27,12 +27,23 @@ class IperfResult:
     warmup_s: float
 
     @property
-    def steady_mbps(self) -> float:
-        """Median of the per-interval rates that end after the warm-up."""
+    def steady(self) -> list[float]:
+        """The per-interval rates (Mbit/s) of the intervals that end after the warm-up."""
         steady = [mbps for end, mbps in self.intervals if end > self.warmup_s]
         if not steady:
             raise EmulationError(f"no iperf3 interval ends after the {self.warmup_s:g} s warm-up")
-        return float(statistics.median(steady))
+        return steady
+
+    @property
+    def steady_mbps(self) -> float:
+        """Median of the per-interval rates that end after the warm-up."""
+        return float(statistics.median(self.steady))
+
+    @property
+    def best_mbps(self) -> float:
+        """The highest per-interval rate after the warm-up: what the path carries when the emulator
+        keeps up (its stalls only ever take from a flow, so they lower the median, not this)."""
+        return max(self.steady)
 
 
 def parse_iperf_json(text: str, label: str, warmup_s: float) -> IperfResult:

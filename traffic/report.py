@@ -381,8 +381,9 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
             _row("communication share", "share", sa.comm_share_mean, sb.comm_share_mean),
             _row("hottest link utilisation", "share", _active_util(sa.hottest_link), _active_util(sb.hottest_link),
                  _link_note(sa.hottest_link), _link_note(sb.hottest_link)),
-            _row("CPU idle", "share", sa.cpu_idle_share, sb.cpu_idle_share,
-                 "CPU-bound" if sa.cpu_bound else "not CPU-bound", "CPU-bound" if sb.cpu_bound else "not CPU-bound"),
+            *([_row("CPU idle", "share", sa.cpu_idle_share, sb.cpu_idle_share,
+                    "CPU-bound" if sa.cpu_bound else "not CPU-bound", "CPU-bound" if sb.cpu_bound else "not CPU-bound")]
+              if "emulation" in (sa.backend, sb.backend) else []),  # a simulation runs no datapath
             _row("fidelity warnings", "count", float(len(sa.fidelity_warnings)), float(len(sb.fidelity_warnings)))]
     return Comparison(a=sa, b=sb, rows=tuple(rows), warnings=tuple(_differences(a.meta, b.meta)))
 
@@ -463,7 +464,8 @@ def format_summary(s: RunSummary) -> str:
              f"time         dilation {s.dilation:g} (emulated/real), link scale {s.mbps_per_gbps:g} Mbit/s per "
              f"Gbit/s, compute {s.compute}",
              f"fidelity     {'CPU-BOUND' if s.cpu_bound else 'not CPU-bound'} "
-             f"(CPU idle {_fmt_share(s.cpu_idle_share)})"]
+             f"(CPU idle {_fmt_share(s.cpu_idle_share)})" if s.backend != "flowsim" else
+             "fidelity     simulated: a fluid model, no datapath (the run's notes state what is modelled)"]
     p = s.step_time_us
     if p is None:
         lines.append("steps        none recorded")
@@ -809,8 +811,12 @@ def _compute_sentence(meta: RunMeta) -> str:
     return f"Compute mode \u201c{meta.compute}\u201d."
 
 
-def _fidelity_banner(fid: Fidelity, checks: Sequence[str]) -> str:
-    if fid.cpu_bound:
+def _fidelity_banner(fid: Fidelity, checks: Sequence[str], meta: RunMeta | None = None) -> str:
+    if meta is not None and meta.backend == "flowsim":
+        cls, text = "ok", ("Simulated (flowsim): fluid flows at max-min fair shares of the link capacities; no "
+                           "packets, queues or datapath, so no CPU limit applies. The notes under Run state what "
+                           "is modelled and what is not.")
+    elif fid.cpu_bound:
         cls, text = "bad", (f"CPU-bound: the CPU was idle only {_fmt_share(fid.cpu_idle_share)} of the replay, so the "
                             "datapath, not the emulated links, may have limited the transfers: bandwidths are lower "
                             "bounds and latency tails may be inflated.")
@@ -887,7 +893,7 @@ def _report_html(result: RunResult, s: RunSummary, stats: Sequence[LinkStats], p
     meta = result.meta
     body = "".join([
         f"<h1>{_e(meta.workload)} on {_e(s.label)}</h1>",
-        "<h2>Fidelity</h2>", _fidelity_banner(result.fidelity, s.checks), _busiest_table(result.fidelity),
+        "<h2>Fidelity</h2>", _fidelity_banner(result.fidelity, s.checks, meta), _busiest_table(result.fidelity),
         "<h2>Run</h2>", _table(["parameter", "value"], _meta_rows(meta)),
         f"<p>{_e(_dilation_sentence(meta))}</p><p>{_e(_compute_sentence(meta))}</p>",
         "<h2>Steps</h2>", _steps_table(s), _img(plots["step_times.png"], "step times"),

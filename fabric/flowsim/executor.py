@@ -1,6 +1,8 @@
 """The event-driven executor: transfer DAGs run over a fabric as max-min fair flows.
 
-Each job is a `TransferDag` placed on hosts (`Placement`) and started at `start_s`. A transfer
+Each job is a `TransferDag` placed on hosts (`Placement`), started at `start_s` or, if it lists jobs
+in `after`, once those have all completed (whichever is later): a replay's collectives, each waiting
+for the ones before it on its stream. A transfer
 begins when every transfer it depends on has been delivered; between two hosts it is split evenly
 over the pair's connections (`fabric.flowsim.connections`: the replay's NIC, plane and source-port
 rule), and each part is one flow on the path the routing policy gives for its connection
@@ -47,11 +49,13 @@ END_TOL = 1e-9
 
 @dataclass(frozen=True)
 class Job:
-    """One transfer DAG on hosts, started at `start_s`."""
+    """One transfer DAG on hosts, started at `start_s`, and not before every job in `after` (indexes
+    of earlier jobs in the same run) has completed."""
 
     dag: TransferDag
     placement: Placement
     start_s: float = 0.0
+    after: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,17 @@ class _Run:
                     raise FlowSimError(f"rank {r} is placed on {host!r}, not a host of fabric {fabric.name!r}")
             offsets.append(n)
             n += len(j.dag)
+        self.waiting = [len(set(j.after)) for j in jobs]  # jobs still to complete before this one may start
+        self.dependents: list[list[int]] = [[] for _ in jobs]
+        for k, j in enumerate(jobs):
+            for a in sorted(set(j.after)):
+                if not 0 <= a < k:
+                    raise FlowSimError(f"job {k} ({j.dag.label or 'unlabelled'}) waits for job {a}: "
+                                       f"a job may wait only for earlier jobs (0..{k - 1})")
+                self.dependents[a].append(k)
+        self.left = [len(j.dag) for j in jobs]  # transfers not yet delivered, per job
+        self.job_begun_s = np.full(len(jobs), np.nan)
+        self.job_done_s = np.full(len(jobs), np.nan)
         self.offsets = tuple(offsets)
         self.n = n
         self.job_of = [j for j, job in enumerate(jobs) for _ in job.dag.transfers]  # transfer -> its job
@@ -147,7 +162,8 @@ class _Run:
                 raise FlowSimError(f"link event {e}: time_s must be finite and >= 0")
             self._push(e.time_s, 0, i)
         for i, j in enumerate(jobs):
-            self._push(j.start_s, 1, i)
+            if not self.waiting[i]:
+                self._push(j.start_s, 1, i)
         self.now = 0.0
         self.edges: list[float] = []
         self.ptr: list[int] = [0]
@@ -206,12 +222,27 @@ class _Run:
             self.end_s[g] = self.now
             job, i = self._where(g)
             base = g - i
+            j = self.job_of[g]
+            self.left[j] -= 1
+            if not self.left[j]:
+                self._job_done(j)
             for s in job.dag.successors[i]:
                 self.deps_left[base + s] -= 1
                 if self.deps_left[base + s] == 0:
                     self._begin(base + s)
 
+    def _job_done(self, j: int) -> None:
+        self.job_done_s[j] = self.now
+        for k in self.dependents[j]:
+            self.waiting[k] -= 1
+            if not self.waiting[k]:
+                self._push(max(self.now, self.jobs[k].start_s), 1, k)
+
     def _start_job(self, j: int) -> None:
+        self.job_begun_s[j] = self.now
+        if not self.left[j]:  # an empty DAG completes as it starts
+            self._job_done(j)
+            return
         base = self.offsets[j]
         for i in range(len(self.jobs[j].dag)):
             if self.deps_left[base + i] == 0 and math.isnan(self.start_s[base + i]):
@@ -270,7 +301,9 @@ class _Run:
         if self.f_conn and until_s > self.now:
             self._record(until_s)
             dt = until_s - self.now
-            self.f_left_bits = [left - r * dt for left, r in zip(self.f_left_bits, self.rates)]
+            # never below 0: a flow whose end rounds to just before the event advanced to would
+            # otherwise be left owing -1e-9 bits, with a negative time to finish that is never reached
+            self.f_left_bits = [max(0.0, left - r * dt) for left, r in zip(self.f_left_bits, self.rates)]
         self.now = until_s
 
     def _finish_flows(self, done: list[int]) -> None:
@@ -324,14 +357,9 @@ class _Run:
         return self._result()
 
     def _result(self) -> FlowSimResult:
-        job_end = []
-        for j, job in enumerate(self.jobs):
-            ends = self.end_s[self.offsets[j]:self.offsets[j] + len(job.dag)]
-            job_end.append(job.start_s if not len(ends) else
-                           (math.nan if np.isnan(ends).any() else float(ends.max())))
         return FlowSimResult(
             links=self.links, capacity_bps=self.capacity_bps, job_offsets=self.offsets,
-            job_start_s=np.asarray([j.start_s for j in self.jobs], dtype=float), job_end_s=np.asarray(job_end),
+            job_start_s=self.job_begun_s, job_end_s=self.job_done_s,
             transfer_start_s=self.start_s, transfer_end_s=self.end_s,
             edges_s=np.asarray(self.edges, dtype=float), load_ptr=np.asarray(self.ptr, dtype=np.intp),
             load_link=np.concatenate([np.zeros(0, dtype=np.intp), *self.load_link]),

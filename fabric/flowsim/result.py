@@ -21,7 +21,7 @@ class FlowSimResult:
     links: tuple[DirectedLinkName, ...]  # every directed link of the fabric, in index order
     capacity_bps: FloatArray  # per directed link
     job_offsets: tuple[int, ...]  # job j's transfer i is transfer job_offsets[j] + i
-    job_start_s: FloatArray  # per job, as given
+    job_start_s: FloatArray  # per job: when it started (its start_s, or later if it waited for jobs; nan: never)
     job_end_s: FloatArray  # per job: when its last transfer was delivered (nan if one never was)
     transfer_start_s: FloatArray  # per transfer: when it began (its dependencies all delivered)
     transfer_end_s: FloatArray  # per transfer: when it was delivered in full (nan if never)

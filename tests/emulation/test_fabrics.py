@@ -97,27 +97,30 @@ def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
                    lambda: sum(cookie_flows(n)[2] for n in edge) >= 2 * 3 * len(expected), 10, 0.2)
 
         # One TCP flow between hosts on different leaves runs at the emulated NIC rate less header
-        # overhead (iperf3 counts payload: 1448 of every 1514 bytes HTB sends), judged on its steady
-        # part: the median of its half-second rates after a 1 s warm-up. It crosses three switches in
-        # every fabric (leaf/ToR, spine/aggregation, leaf/ToR): h0 to the first host of the next edge
-        # switch. Never above the rate (+5%: the shaper works); below it, the platform costs some: on
-        # leaf-spine-16 and pyramid-16 every link of that path runs at the NIC rate, so a stall of the
-        # userspace datapath leaves the links after it idle for good (they cannot run faster to catch up).
-        # With another process running, a flow got 31.3-33.1 of 38.3 Mbit/s there (0.82-0.86), against
-        # 37.5 on a quiet machine and 18.8 of 19.1 on dual-plane-16, whose uplinks run at twice the NIC
-        # rate; the floor of 0.75 still fails a shaper that is off, or a rate scaled wrong by a factor of
-        # 4/3 or more. (Across pyramid-16's pods a flow would cross five switches: 28-33 Mbit/s.)
+        # overhead (iperf3 counts payload: 1448 of every 1514 bytes HTB sends). It crosses three
+        # switches in every fabric (leaf/ToR, spine/aggregation, leaf/ToR): h0 to the first host of the
+        # next edge switch. Judged on its half-second rates after a 1 s warm-up:
+        # - from above, the median: never over the rate (+5%), or the shaper is missing or too fast;
+        # - from below, the best interval: at least 0.85 of the rate, or the shaper is too slow.
+        # Not the median from below: on leaf-spine-16 and pyramid-16 every link of that path runs at
+        # the NIC rate, so a stall of the userspace datapath leaves the links after it idle for good
+        # (they cannot run faster to catch up), and stalls come with load, not with a fault. Medians
+        # measured with another process busy: 27.1-33.1 of 38.3 Mbit/s (0.71-0.86) there, 17.7-19.5 of
+        # 19.1 on dual-plane-16, whose uplinks run at twice the NIC rate.
         src = fab.hosts[0].name
         dst = next(h.name for h in fab.hosts
                    if {n.switch for n in fab.nics_of[h.name]}.isdisjoint(n.switch for n in fab.nics_of[src]))
         for plane in fab.planes:
             res = iperf(em, src, dst, plane.name, seconds=5)
-            mbps = res.steady_mbps
             goodput = nic_mbps * 1448 / 1514
-            print(f"{topo} plane {plane.name}: steady {mbps:.1f} Mbit/s (whole run {res.mbps:.1f}) vs {goodput:.1f}")
+            print(f"{topo} plane {plane.name}: median {res.steady_mbps:.1f}, best {res.best_mbps:.1f} Mbit/s "
+                  f"(whole run {res.mbps:.1f}) vs {goodput:.1f}")
             from tests.emulation.test_multipath import record_figures
-            record_figures(f"iperf {topo} {plane.name}", steady_mbps=round(mbps, 2), nic_mbps=nic_mbps)
-            assert 0.75 * goodput <= mbps <= 1.05 * goodput, f"{plane.name}: {mbps:.1f} vs {goodput:.1f} Mbit/s"
+            record_figures(f"iperf {topo} {plane.name}", steady_mbps=round(res.steady_mbps, 2),
+                           best_mbps=round(res.best_mbps, 2), intervals_mbps=[round(x, 2) for x in res.steady],
+                           nic_mbps=nic_mbps)
+            assert res.steady_mbps <= 1.05 * goodput, f"{plane.name}: {res.steady_mbps:.1f} vs {goodput:.1f} Mbit/s"
+            assert res.best_mbps >= 0.85 * goodput, f"{plane.name}: best {res.best_mbps:.1f} vs {goodput:.1f} Mbit/s"
     assert_nothing_left(fab, pids, netns_before)
 
 

@@ -202,3 +202,57 @@ def test_planned_move_loses_no_packet(lab, probe):
     assert report.expected == rate * 5
     assert report.lost_in(*window) == 0, report.spans_in(*window)
     assert_background(report, [window])
+
+
+MESH = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, plane_kind="mesh",
+                  name="dual-plane-mesh-8")
+
+
+def mesh_port(a: str, b: str) -> int:
+    """Switch a's port to switch b, from the fabric's links (not from the routing)."""
+    return next(e.port for link in MESH.links for e, o in ((link.a, link.b), (link.b, link.a))
+                if e.node == a and o.node == b)
+
+
+@pytest.mark.parametrize("routing", ["adaptive", "ecmp"])
+def test_a_mesh_plane_detours_over_a_third_leaf_when_a_leaf_to_leaf_link_fails(lab_factory, tmp_path, routing):
+    # Mesh planes: every leaf links to every other; h0 is on leafA0, h2 on leafA1, and the shortest
+    # way is their direct link. When it fails, the two-hop detours leafA0 -> leafA2|leafA3 -> leafA1
+    # carry the probe (ecmp: the data plane's fast-failover groups alone; adaptive: the controller
+    # too), and the direct link carries it again once it is back.
+    lab = lab_factory(MESH, routing=routing)
+    rate = 4000
+    from traffic.probe_run import ProbeRun
+
+    run = ProbeRun(lab.emulation, "h0", "h2", plane="A", sport=sport_for_slot(0), rate_pps=rate, seconds=7,
+                   workdir=tmp_path, port=9000)
+    run.start()
+    try:
+        run.wait_sending()
+        direct = mesh_port("leafA0", "leafA1")
+        wait_carrying(lab, "leafA0", direct, rate // 4 * 64)
+        down = lab.faults.link_down("leafA0", direct)
+        # the detour: bytes leave leafA0 towards leafA2 or leafA3, and those leaves pass them to leafA1
+        via = {c: (mesh_port("leafA0", c), mesh_port(c, "leafA1")) for c in ("leafA2", "leafA3")}
+        first = {c: tx(lab, "leafA0")[p1] for c, (p1, _) in via.items()}
+        second = {c: tx(lab, c)[p2] for c, (_, p2) in via.items()}
+        wait_until("the probe over a two-hop detour", lambda: any(
+            tx(lab, "leafA0")[via[c][0]] - first[c] >= rate // 4 * 64 and tx(lab, c)[via[c][1]] - second[c]
+            >= rate // 4 * 64 for c in via), 10, 0.05)
+        if routing == "adaptive":
+            wait_until("the controller's failure reroute", lambda: events_matching(
+                lab, cause="failure", switch="leafA0", dest="leafA1"), 10)
+        time.sleep(max(0.0, down.at_s + 1.5 - time.monotonic()))  # the link stays down 1.5 s
+        up = lab.faults.link_up("leafA0", direct)
+        wait_carrying(lab, "leafA0", direct, rate // 4 * 64)  # back on the direct link
+        report = run.result()
+    finally:
+        run.stop()
+    assert report.expected == rate * 7 and report.duplicates == 0 and report.send_errors == ()
+    failure, recovery = report.window(down.at_s, 0.5), report.window(up.at_s, 0.5)
+    lost_failure, lost_recovery = report.lost_in(*failure), report.lost_in(*recovery)
+    print(f"{routing}: lost at the failure {lost_failure}, at the recovery {lost_recovery}, spans {report.lost_spans}")
+    # without a detour the whole 1.5 s down (6000 packets) would be lost
+    assert lost_failure <= 0.25 * rate, report.spans_in(*failure)
+    assert lost_recovery <= 0.25 * rate, report.spans_in(*recovery)
+    assert_background(report, [failure, recovery])

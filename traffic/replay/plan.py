@@ -140,6 +140,7 @@ class Template:
     emu_bytes: int
     ranks: tuple[int, ...]
     transfers: tuple[PlacedTransfer, ...]
+    dag: TransferDag | None = None  # the schedule at real sizes, by rank (the simulator runs it)
 
     def hosts(self) -> set[str]:
         return {t.src_host for t in self.transfers} | {t.dst_host for t in self.transfers}
@@ -463,7 +464,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
             placed.append(PlacedTransfer(a, b, size, t.deps, parts))
         _check_local_deps(dag, placed)
         templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                  tuple(placed)))
+                                  tuple(placed), dag))
 
     calls: list[Call] = []
     previous: list[int] = []  # a step waits for every call of the step before (across repetitions too)

@@ -1,0 +1,170 @@
+"""A workload on the flow-level simulator (`fabric.flowsim`), with the replay's plan and report.
+
+    result = simulate_replay(workload, "trace.json.gz", topofile.load("dual-plane-1024"), "adaptive",
+                             ReplayOptions(), SimOptions(per_hop_s=1e-6))
+
+The same plan as the emulation replay (`plan_replay`: calls matched across ranks, their order and
+dependencies, the collective schedules, the placement), planned at the real rates (link scale 1000
+Mbit/s per Gbit/s, dilation 1: nothing is scaled). Each call becomes one simulator job: its
+collective's transfer DAG at real sizes, placed on the plan's hosts, started once the calls it
+depends on have completed. The routing policy is the controller's (`fabric.routing.load_policy`),
+driven by the link events given (a link down or up at a real time since the first collective).
+
+The result is the replay's `RunResult` (backend "flowsim"): per-collective times and bandwidths, step
+timelines composed from the trace's compute with the simulated durations (as the replay composes
+them), per-link utilisation over `LINK_BINS` equal intervals, the link events as faults, and the
+policy's reroutes as controller events. What the simulator models and does not is in
+`fabric.flowsim.executor`; the report says it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, simulate
+from fabric.model import Fabric
+from fabric.routing import PathTable, load_policy
+from traffic.replay.analyse import collective_results, step_results
+from traffic.replay.driver import CallTiming, RawRun
+from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
+from traffic.results import Fidelity, LinkSeries, RunMeta, RunResult
+from traffic.workload import Workload
+
+#: link utilisation is reported over this many equal intervals of the run
+LINK_BINS = 200
+#: the plan's scale for the simulator: links at their real rates, bytes as recorded
+REAL_MBPS_PER_GBPS = 1000.0
+
+MODEL_NOTE = ("simulated by fabric.flowsim: fluid flows at max-min fair shares of the link capacities on the "
+              "routing policy's paths, recomputed at every flow start, flow end and link event; no packets, "
+              "queues, TCP dynamics or failure-detection time; latency only as the per-transfer and per-hop "
+              "overheads ({overheads}); a transfer starts once its dependencies are delivered in full (the "
+              "emulation replay forwards cut-through); one set of connections per host pair for all streams")
+
+
+def parse_link_event(text: str, fabric: Fabric, up: bool) -> LinkEvent:
+    """`SWITCH:PORT@MICROSECONDS` (real time since the first collective) -> a `LinkEvent`, checked
+    against the fabric: the switch exists and the port has a link."""
+    where, at, when = text.partition("@")
+    switch, colon, port_s = where.rpartition(":")
+    if not at or not colon:
+        raise ReplayError(f"link event {text!r}: expected SWITCH:PORT@MICROSECONDS, e.g. spine0-a:1@1500")
+    try:
+        port = int(port_s)
+        time_us = float(when)
+    except ValueError:
+        raise ReplayError(f"link event {text!r}: the port must be an integer and the time a number of "
+                          "microseconds") from None
+    if not time_us >= 0 or time_us == float("inf"):
+        raise ReplayError(f"link event {text!r}: the time must be finite and >= 0 microseconds")
+    if switch not in fabric.switch_by_name:
+        raise ReplayError(f"link event {text!r}: no switch {switch!r} in fabric {fabric.name!r}")
+    ports = sorted(e.port for link in fabric.links for e in (link.a, link.b) if e.node == switch)
+    if port not in ports:
+        raise ReplayError(f"link event {text!r}: switch {switch} has no link on port {port} (ports: "
+                          f"{', '.join(map(str, ports))})")
+    return LinkEvent(time_us / 1e6, switch, port, up)
+
+
+def plan_for_simulation(workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
+    """The replay's plan at the real rates: nothing scaled (bytes scale 1, dilation 1)."""
+    return plan_replay(workload, fabric, dataclasses.replace(options, mbps_per_gbps=REAL_MBPS_PER_GBPS, dilation=1.0))
+
+
+def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routing: str, options: ReplayOptions,
+                    sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = ()) -> RunResult:
+    sim = sim or SimOptions()
+    wall0, t0 = time.time(), time.monotonic()
+    plan = plan_for_simulation(workload, fabric, options)
+    sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed)
+    policy = load_policy(routing)(PathTable(fabric))
+    jobs = []
+    for call in plan.calls:
+        dag = plan.templates[call.template].dag
+        if dag is None:
+            raise ReplayError(f"call {call.id}: its template has no transfer DAG")
+        jobs.append(Job(dag, plan.placement, after=call.deps))
+    res = simulate(fabric, policy, jobs, options=sim, link_events=link_events)
+    if res.stalled:
+        job = int(np.searchsorted(np.asarray(res.job_offsets), res.stalled[0], side="right")) - 1
+        call = plan.calls[job]
+        raise ReplayError(f"the simulation stalled: {len(res.stalled)} transfer(s) never delivered, first in call "
+                          f"{call.id} ({call.collective.kind}, step {call.step}): no live path between its hosts "
+                          "after the link events given")
+    timings = [CallTiming(c.id, float(res.job_start_s[c.id]), float(res.job_end_s[c.id])) for c in plan.calls]
+    raw = RawRun(timings, [], 1.0, 0.0, float(np.nanmax(res.job_end_s)) if len(res.job_end_s) else 0.0, wall0)
+    colls = collective_results(plan, raw)
+    steps = step_results(plan, colls)
+    interval, links = link_series(fabric, res)
+    overheads = f"{sim.per_transfer_s * 1e6:g} us per transfer, {sim.per_hop_s * 1e6:g} us per hop"
+    meta = RunMeta(
+        trace=trace_label, trace_format=plan.workload.format, workload=plan.workload.name, backend="flowsim",
+        topology=fabric.name, routing=routing, ranks=plan.workload.world_size, hosts=len(plan.hosts()),
+        placement=plan.options.placement, algorithm=plan.options.algorithm, channels=plan.options.channels,
+        mbps_per_gbps=plan.mbps_per_gbps, dilation=plan.dilation, bytes_scale=plan.bytes_scale,
+        compute=plan.options.compute, repeat=plan.options.repeat, steps_recorded=plan.workload.steps,
+        started_wall=wall0, duration_s=time.monotonic() - t0,
+        notes=(*plan.workload.notes, *(n for n in plan.notes if not n.startswith(("link scale", "dilation"))),
+               MODEL_NOTE.format(overheads=overheads),
+               f"simulator cost: {res.rate_updates} rate computations, {res.route_changes} link events"),
+        ports=plan.options.ports,
+    )
+    faults = tuple({"kind": "link", "target": f"{e.switch}:{e.port}", "up": e.up, "at_emu_s": e.time_s}
+                   for e in sorted(link_events, key=lambda e: e.time_s))
+    events = tuple({"time_s": e.time_s, "cause": m.cause, "trigger": e.trigger, "switch": m.switch, "dest": m.dest,
+                    "slot": m.slot, "old_port": m.old_port, "new_port": m.new_port, "decision_us": e.decision_us,
+                    "at_emu_s": e.time_s} for e in policy.events() for m in e.moves)
+    return RunResult(meta, tuple(colls), tuple(steps), interval, tuple(links), _fidelity(links, interval), faults,
+                     events)
+
+
+def link_series(fabric: Fabric, res: FlowSimResult, bins: int = LINK_BINS) -> tuple[float, list[LinkSeries]]:
+    """Every switch egress port's utilisation over `bins` equal intervals from 0 to the last load."""
+    edges = res.edges_s
+    if len(edges) < 2 or not edges[-1] > 0:
+        return 0.0, []
+    end = float(edges[-1])
+    interval = end / bins
+    grid = np.linspace(0.0, end, bins + 1)
+    # cut the simulator's intervals at the grid's edges, so each piece lies in one bin
+    cuts = np.union1d(edges, grid[(grid > edges[0]) & (grid < end)])
+    parent = np.searchsorted(edges, cuts[:-1], side="right") - 1  # the simulator interval of each piece
+    piece_s = np.diff(cuts)
+    piece_bin = np.minimum(np.searchsorted(grid, cuts[:-1], side="right") - 1, bins - 1)
+    counts = np.diff(res.load_ptr)[parent]  # entries of each piece
+    starts = res.load_ptr[:-1][parent]
+    idx = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+    piece_of_entry = np.repeat(np.arange(len(piece_s)), counts)
+    n_links = len(res.links)
+    bits = np.bincount(piece_bin[piece_of_entry] * n_links + res.load_link[idx],
+                       weights=res.load_bps[idx] * piece_s[piece_of_entry], minlength=bins * n_links)
+    bits = bits.reshape(bins, n_links)
+    out = []
+    for link in fabric.links:
+        for end_, other in ((link.a, link.b), (link.b, link.a)):
+            if end_.node not in fabric.switch_by_name:
+                continue
+            i = res.link_index(end_.node, other.node)
+            cap = float(res.capacity_bps[i])
+            util = tuple(float(u) for u in np.clip(bits[:, i] / (cap * interval), 0.0, None))
+            tier = "host" if other.node in fabric.host_by_name else "fabric"
+            out.append(LinkSeries(end_.node, end_.port, other.node, cap, tier, fabric.switch_by_name[end_.node].plane,
+                                  int(round(bits[:, i].sum() / 8)), util))
+    return interval, out
+
+
+def _fidelity(links: list[LinkSeries], interval_s: float) -> Fidelity:
+    """The simulator runs no datapath: nothing is CPU-bound. The busiest links' delivered rate while busy
+    is shown against their capacity (the fluid model's bound; no packet overheads)."""
+    rows: list[dict[str, Any]] = []
+    for l in sorted(links, key=lambda x: -x.emu_bytes)[:8]:
+        busy = [u for u in l.util if u > 0.05]
+        if not busy or not interval_s > 0:
+            continue
+        delivered = l.emu_bytes * 8 / (len(busy) * interval_s)
+        rows.append({"link": l.name, "tier": l.tier, "delivered_bps": delivered, "bound_bps": l.capacity_bps,
+                     "ratio": delivered / l.capacity_bps})
+    return Fidelity(1.0, False, tuple(rows), ())
