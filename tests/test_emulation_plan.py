@@ -2,6 +2,8 @@
 OVS and tool output; and the fault module's choice of interfaces, on a fake link control."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from fabric import builders, topofile
@@ -126,3 +128,25 @@ def test_faults_pick_the_interfaces_of_a_link_port_switch_and_plane():
         f.plane("C", up=False)
     with pytest.raises(EmulationError, match="no switch 'h0'"):
         f.switch("h0", up=False)
+
+
+def test_a_flap_goes_down_and_up_n_times_on_schedule_and_ends_up():
+    fab = topofile.load("dual-plane-16")
+
+    class Timed(FakeLinks):
+        def set_interfaces(self, ends, up):
+            t = time.monotonic()
+            self.calls.append((list(ends), up, t))
+            return t, t
+
+    net = Timed(fab)
+    t0 = time.monotonic()
+    events = Faults(net).flap("spineA0", 4, times=3, within_s=0.3)
+    assert [c[1] for c in net.calls] == [False, True] * 3
+    assert all(c[0] == [("spineA0", 4), ("leafA3", 1)] for c in net.calls)
+    # down at 0, 0.1, 0.2 s and up at 0.05, 0.15, 0.25 s: never early, and late by less than a period
+    for k, c in enumerate(net.calls):
+        assert t0 + k * 0.05 - 1e-3 <= c[2] <= t0 + k * 0.05 + 0.1
+    assert [e.describe() for e in events] == ["link spineA0:4 down", "link spineA0:4 up"] * 3
+    with pytest.raises(EmulationError, match="times >= 1"):
+        Faults(net).flap("spineA0", 4, times=0, within_s=1)

@@ -77,6 +77,44 @@ def test_probe_over_loopback_counts_every_packet(tmp_path):
     assert 0 <= res["latency_ms"]["p50"] < 1000
 
 
+def _loopback_run(tmp_path, routes, rate=2000):
+    import time
+    port = free_port()
+    recv = subprocess.Popen([sys.executable, "-m", "traffic.probe", "recv", "--bind", "127.0.0.1", "--port",
+                             str(port), "--idle-s", "2", "--ready-file", str(tmp_path / "ready")],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        t_end = time.monotonic() + 20
+        while not (tmp_path / "ready").exists():
+            assert time.monotonic() < t_end and recv.poll() is None, "receiver did not bind"
+            time.sleep(0.02)
+        args = [a for b, d in routes for a in ("--bind", b, "--dst", d)]
+        sent = subprocess.run([sys.executable, "-m", "traffic.probe", "send", *args, "--port", str(port),
+                               "--sport", str(free_port()), "--rate-pps", str(rate), "--seconds", "1"],
+                              capture_output=True, text=True, check=True, timeout=30)
+        out, _ = recv.communicate(timeout=30)
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+    return json.loads(sent.stdout), json.loads(out)
+
+
+def test_a_probe_with_two_routes_alternates_between_them(tmp_path):
+    # two source addresses on loopback, one destination: packet seq leaves by route seq mod 2
+    s, r = _loopback_run(tmp_path, [("127.0.0.1", "127.0.0.1"), ("127.0.0.2", "127.0.0.1")])
+    assert s["sent_per_route"] == [1000, 1000] and s["rerouted"] == 0 and s["send_errors"] == []
+    assert r["received"] == 2000 and r["lost_spans"] == []
+
+
+def test_a_route_that_refuses_packets_sends_them_by_the_other_at_once(tmp_path):
+    # 255.255.255.255 without SO_BROADCAST: the kernel refuses every packet (EACCES) before it leaves
+    # the host, as it refuses a route over a NIC that lost carrier (ENETUNREACH): every odd packet
+    # moves to the first route, none is lost, none counts as a send error
+    s, r = _loopback_run(tmp_path, [("127.0.0.1", "127.0.0.1"), ("127.0.0.2", "255.255.255.255")])
+    assert s["sent_per_route"] == [2000, 0] and s["rerouted"] == 1000 and s["send_errors"] == []
+    assert r["received"] == 2000 and r["lost_spans"] == []
+
+
 def test_probe_runner_waits_for_readiness_and_reports_the_schedule(tmp_path: Path, monkeypatch):
     hosts = LocalHosts(topofile.load("leaf-spine-16"))
     run = ProbeRun(hosts, "h0", "h1", plane="A", sport=free_port(), rate_pps=1000, seconds=1.0,

@@ -11,9 +11,17 @@ send time. CLOCK_MONOTONIC is shared by every process of the machine, so the tim
 *due* can be compared with the time a fault was injected: loss is attributed to the window of the
 event under test, and the rest is background.
 
+With several routes (`--bind A --dst A' --bind B --dst B'`: one per plane, the host's NIC addresses
+and the peer's), packet `seq` leaves by route `seq mod k`, as a collective library spreads over its
+NICs. A route whose send fails (ENETUNREACH: the emulated hosts ignore routes whose NIC lost carrier,
+see fabric.emulation.plan) is skipped for `ROUTE_RETRY_S` and the packet leaves by the next route at
+once: a host whose plane died keeps sending on the other. A send error is counted only when every
+route refused the packet.
+
 The receiver (32 MB socket buffer, forced as root, so that a receiver stalled for tens of ms loses
 nothing) records which sequence numbers arrived and their one-way latency, and writes its result
-when the sender's end marker arrives, after `--idle-s` without packets, or on SIGTERM/SIGINT.
+`END_GRACE_S` after the sender's end marker arrives (the last packets may come by a slower route),
+after `--idle-s` without packets, or on SIGTERM/SIGINT.
 """
 from __future__ import annotations
 
@@ -35,6 +43,8 @@ END = 0xFAB1ABFF
 PAYLOAD_BYTES = 64
 RCVBUF_BYTES = 32 << 20
 PR_SET_TIMERSLACK = 29
+ROUTE_RETRY_S = 0.02  # a route that refused a packet is tried again after this
+END_GRACE_S = 0.2  # the receiver keeps listening this long after the end marker (routes differ in delay)
 SO_RCVBUFFORCE = 33  # Linux; not exported by Python's socket module
 
 
@@ -46,6 +56,8 @@ class SendResult:
     send_errors: tuple[int, ...]  # sequence numbers the kernel refused (e.g. ENOBUFS): never left the host
     late_max_ms: float  # how late the sender was against its schedule, at worst
     late_over_5ms: int  # packets sent more than 5 ms late
+    sent_per_route: tuple[int, ...] = ()  # packets that left by each route (--bind/--dst pair), in order
+    rerouted: int = 0  # packets that left by another route because theirs refused them
 
 
 @dataclass(frozen=True)
@@ -120,15 +132,17 @@ def receive(bind: str, port: int, idle_s: float, ready_file: str | None = None,
     if ready_file:
         _write_atomically(ready_file, str(os.getpid()))
     seen = bytearray()
-    expected = duplicates = 0
+    expected = duplicates = ended_ns = 0
     started = False
     latencies: list[float] = []
     try:
         while True:
+            if ended_ns and time.monotonic_ns() - ended_ns > END_GRACE_S * 1e9:
+                break
             try:
                 data = sock.recv(2048)
             except socket.timeout:
-                if started:
+                if started or ended_ns:
                     break
                 continue
             now_ns = time.monotonic_ns()
@@ -136,8 +150,10 @@ def receive(bind: str, port: int, idle_s: float, ready_file: str | None = None,
                 continue
             seq, marker, sent_ns = HEADER.unpack_from(data)
             if marker == END:
-                expected = seq
-                break
+                if not ended_ns:  # packets sent just before it by another route may still arrive
+                    expected, ended_ns = seq, now_ns
+                    sock.settimeout(END_GRACE_S)
+                continue
             if marker != MAGIC or seq >= max_packets:
                 continue
             started = True
@@ -154,15 +170,30 @@ def receive(bind: str, port: int, idle_s: float, ready_file: str | None = None,
     return summarise(seen, expected, duplicates, latencies)
 
 
-def send(dst: str, port: int, sport: int, rate_pps: float, seconds: float, bind: str = "",
+def send(dst: str | list[str], port: int, sport: int, rate_pps: float, seconds: float, bind: str | list[str] = "",
          start_file: str | None = None) -> SendResult:
+    """Send on one route (`bind` -> `dst`) or several (paired lists: packet seq on route seq mod k)."""
+    dsts = [dst] if isinstance(dst, str) else list(dst)
+    binds = [bind] if isinstance(bind, str) else list(bind)
+    if len(binds) == 1 and len(dsts) > 1:
+        binds = binds * len(dsts)
+    if not dsts or len(binds) != len(dsts):
+        raise ValueError(f"give one --bind per --dst ({len(binds)} binds, {len(dsts)} destinations)")
     _timer_slack_1ns()
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind((bind, sport))
+    socks = []
+    for b in binds:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((b, sport))
+        socks.append(sock)
+    k = len(socks)
     payload = bytearray(PAYLOAD_BYTES)
     total = int(rate_pps * seconds)
     gap_ns = 1e9 / rate_pps
     errors: list[int] = []
+    per_route = [0] * k
+    rerouted = 0
+    skip_until = [0] * k  # monotonic ns: a route that refused a packet rests until then
+    retry_ns = int(ROUTE_RETRY_S * 1e9)
     late_max_ns = 0
     late_over = 0
     t0_ns = time.monotonic_ns() + 1_000_000  # 1 ms from now: everything below is warm by then
@@ -181,20 +212,34 @@ def send(dst: str, port: int, sport: int, rate_pps: float, seconds: float, bind:
             late_max_ns = max(late_max_ns, late)
             late_over += late > 5_000_000
             HEADER.pack_into(payload, 0, seq, MAGIC, now)
-            try:
-                sock.sendto(payload, (dst, port))
-            except OSError:
+            own = seq % k
+            for i in range(k):
+                r = (own + i) % k
+                if i < k - 1 and skip_until[r] > now:
+                    continue  # resting; the last route is always tried
+                try:
+                    socks[r].sendto(payload, (dsts[r], port))
+                except OSError:
+                    skip_until[r] = now + retry_ns
+                    continue
+                per_route[r] += 1
+                rerouted += r != own
+                break
+            else:
                 errors.append(seq)
-        for _ in range(20):  # the end marker, repeated: it may meet the same outage
+        for _ in range(20):  # the end marker, repeated on every route: it may meet the same outage
             HEADER.pack_into(payload, 0, total, END, time.monotonic_ns())
-            try:
-                sock.sendto(payload, (dst, port))
-            except OSError:
-                pass
+            for sock, d in zip(socks, dsts):
+                try:
+                    sock.sendto(payload, (d, port))
+                except OSError:
+                    pass
             time.sleep(0.005)
     finally:
-        sock.close()
-    return SendResult(t0_ns / 1e9, rate_pps, total - len(errors), tuple(errors), late_max_ns / 1e6, late_over)
+        for sock in socks:
+            sock.close()
+    return SendResult(t0_ns / 1e9, rate_pps, total - len(errors), tuple(errors), late_max_ns / 1e6, late_over,
+                      tuple(per_route), rerouted)
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -223,10 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--ready-file", help="written once the socket is bound")
     r.add_argument("--out", help="write the JSON result here (default: stdout)")
     s = sub.add_parser("send")
-    s.add_argument("--dst", required=True)
+    s.add_argument("--dst", required=True, action="append", help="destination address; repeat for more routes")
     s.add_argument("--port", type=int, default=9000)
     s.add_argument("--sport", type=int, required=True)
-    s.add_argument("--bind", default="")
+    s.add_argument("--bind", action="append", help="source address of each route, in --dst order (default: any)")
     s.add_argument("--rate-pps", type=float, default=5000.0, help="packets per second")
     s.add_argument("--seconds", type=float, default=5.0)
     s.add_argument("--start-file", help="written with the monotonic time packet 0 is due, just before sending")
@@ -241,8 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.rate_pps <= 0 or args.seconds <= 0:
         ap.error("--rate-pps and --seconds must be > 0")
+    binds = args.bind or [""]
+    if len(binds) not in (1, len(args.dst)):
+        ap.error(f"give one --bind, or one per --dst ({len(binds)} binds, {len(args.dst)} destinations)")
     try:
-        sent = send(args.dst, args.port, args.sport, args.rate_pps, args.seconds, args.bind, args.start_file)
+        sent = send(args.dst, args.port, args.sport, args.rate_pps, args.seconds, binds, args.start_file)
     except _Stop:
         return 143
     _write(args.out, asdict(sent))

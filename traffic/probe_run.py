@@ -40,6 +40,8 @@ class ProbeReport:
     send_errors: tuple[int, ...]  # refused by the sender's own kernel (never reached the fabric)
     late_max_ms: float
     latency_ms: dict[str, float]
+    sent_per_route: tuple[int, ...] = ()  # per plane of the run (ProbeRun.planes), packets that left by it
+    rerouted: int = 0  # packets that left by another plane because theirs refused them
 
     @property
     def lost(self) -> int:
@@ -119,7 +121,14 @@ class ProbeRun:
         fab = hosts.fabric
         self.hosts = hosts
         self.src, self.dst = src, dst
-        self.src_ip, self.dst_ip = str(fab.nic(src, plane).ip), str(fab.nic(dst, plane).ip)
+        # plane "both": every plane the two hosts share, packet seq on plane seq mod k (traffic.probe)
+        shared = [n.plane for n in fab.nics_of[src] if any(m.plane == n.plane for m in fab.nics_of[dst])]
+        self.planes = tuple(shared) if plane == "both" else (plane,)
+        if not self.planes:
+            raise EmulationError(f"hosts {src} and {dst} share no plane")
+        self.src_ips = [str(fab.nic(src, p).ip) for p in self.planes]
+        self.dst_ips = [str(fab.nic(dst, p).ip) for p in self.planes]
+        self.src_ip, self.dst_ip = self.src_ips[0], self.dst_ips[0]
         self.sport, self.port = sport, port
         self.rate_pps, self.seconds, self.idle_s = rate_pps, seconds, idle_s
         tag = f"probe-{src}-{dst}-{plane}-{sport}-{port}"
@@ -135,7 +144,8 @@ class ProbeRun:
         log = open(self.files["log"], "ab")
         try:
             self.recv = self.hosts.popen(self.dst, [
-                sys.executable, "-m", "traffic.probe", "recv", "--bind", self.dst_ip, "--port", str(self.port),
+                sys.executable, "-m", "traffic.probe", "recv", "--bind",
+                self.dst_ip if len(self.planes) == 1 else "0.0.0.0", "--port", str(self.port),
                 "--idle-s", str(self.idle_s), "--ready-file", str(self.files["ready"]),
                 "--out", str(self.files["recv.json"])], stdout=log, stderr=log)
             recv = self.recv
@@ -143,9 +153,11 @@ class ProbeRun:
                        lambda: self.files["ready"].exists() or recv.poll() is not None, timeout_s)
             if recv.poll() is not None:
                 raise EmulationError(f"the probe receiver on {self.dst} exited ({recv.returncode}): {self._log()}")
+            pairs = zip(self.src_ips, self.dst_ips) if len(self.planes) > 1 else [(self.src_ip, self.dst_ip)]
+            routes = [a for s_ip, d_ip in pairs for a in ("--bind", s_ip, "--dst", d_ip)]
             self.send = self.hosts.popen(self.src, [
-                sys.executable, "-m", "traffic.probe", "send", "--dst", self.dst_ip, "--port", str(self.port),
-                "--sport", str(self.sport), "--bind", self.src_ip, "--rate-pps", f"{self.rate_pps:g}",
+                sys.executable, "-m", "traffic.probe", "send", *routes, "--port", str(self.port),
+                "--sport", str(self.sport), "--rate-pps", f"{self.rate_pps:g}",
                 "--seconds", f"{self.seconds:g}", "--start-file", str(self.files["start"]),
                 "--out", str(self.files["send.json"])], stdout=log, stderr=log)
         except BaseException:
@@ -187,7 +199,8 @@ class ProbeRun:
         r = json.loads(self.files["recv.json"].read_text())
         spans = tuple((int(a), int(b)) for a, b in r["lost_spans"])
         return ProbeReport(self.src, self.dst, s["t0_s"], s["rate_pps"], r["expected"], r["received"],
-                           r["duplicates"], spans, tuple(s["send_errors"]), s["late_max_ms"], r["latency_ms"])
+                           r["duplicates"], spans, tuple(s["send_errors"]), s["late_max_ms"], r["latency_ms"],
+                           tuple(s.get("sent_per_route", ())), int(s.get("rerouted", 0)))
 
     def stop(self) -> None:
         """End both processes (by their handles) if they still run."""

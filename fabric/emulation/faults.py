@@ -10,7 +10,9 @@ logged. What each fault does to the emulated network:
 - `switch(name)`: every port of the switch (one batch): the switch is cut off, as if it died.
 - `plane(name)`: every port of every switch of the plane: hosts keep only their other planes.
 
-The reroute issue adds flaps and gray failures here.
+- `flap(node, port, times, within_s)`: the link goes down and up `times` times in `within_s` seconds
+  (down for the first half of each period, up for the second), on a schedule of monotonic deadlines
+  so the injection's own latency does not stretch it; every transition is logged.
 """
 from __future__ import annotations
 
@@ -68,6 +70,19 @@ class Faults:
 
     def link_up(self, node: str, port: int) -> FaultEvent:
         return self.link(node, port, up=True)
+
+    def flap(self, node: str, port: int, times: int, within_s: float) -> list[FaultEvent]:
+        """The link at `node`'s `port` down and up again, `times` times in `within_s` seconds; it ends up."""
+        if times < 1 or not within_s > 0:
+            raise EmulationError(f"a flap needs times >= 1 and within_s > 0, got {times} and {within_s}")
+        period = within_s / times
+        start = time.monotonic()
+        events = []
+        for i in range(times):
+            for up, at in ((False, start + i * period), (True, start + (i + 0.5) * period)):
+                time.sleep(max(0.0, at - time.monotonic()))
+                events.append(self.link(node, port, up))
+        return events
 
     def port(self, switch: str, port: int, up: bool) -> FaultEvent:
         """One switch port only."""

@@ -128,9 +128,13 @@ def host_setup_commands(fabric: Fabric, host: str, arp_file: str, tc_file: str) 
     """Shell commands run inside a host's namespace: IPv6 off; no ICMP rate limit (the per-namespace
     default of a 50-message burst drops echo replies when every host pings every other one at
     once); TCP keeps its window across idle periods (a collective library's connections are
-    persistent) and waits at least TCP_RTO_MIN_MS before a retransmission timeout; offloads off on
-    every NIC; static ARP; HTB on its NICs."""
+    persistent) and waits at least TCP_RTO_MIN_MS before a retransmission timeout; routes over a NIC
+    that lost carrier (its switch port or whole plane down) are ignored, so a send there fails at once
+    (ENETUNREACH) and a multi-homed sender can move to its other plane, instead of queueing into a
+    dead link; offloads off on every NIC; static ARP; HTB on its NICs."""
     cmds = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+            "sysctl -qw net.ipv4.conf.all.ignore_routes_with_linkdown=1 "
+            "net.ipv4.conf.default.ignore_routes_with_linkdown=1",
             "sysctl -qw net.ipv4.icmp_ratelimit=0 net.ipv4.icmp_msgs_per_sec=1000000 "
             "net.ipv4.icmp_msgs_burst=1000000 2>/dev/null; true",
             "sysctl -qw net.ipv4.tcp_slow_start_after_idle=0"]

@@ -58,3 +58,76 @@ def test_controller_killed_under_traffic_is_noticed_restarted_and_loses_nothing(
     assert report.lost_in(*window) == 0, report.spans_in(*window)
     assert_background(report, [window])
     assert len(lab.controller.get("/api/status")["synced"]) == len(lab.fabric.switches)
+
+
+@pytest.mark.fabric("dual-plane-16", routing="adaptive")
+def test_a_flapping_link_costs_a_bounded_outage_per_flap_and_everything_returns(lab, probe, faults):
+    # slot 0 from h0 to h15 crosses spineA0 -> leafA3 (spineA0 port 4); that link flaps 4 times in 4 s
+    # (down 0.5 s, up 0.5 s). Each down costs the probe at most 0.25 s of packets (without a reaction
+    # it would lose the 0.45 s of each window: 1800), each up likewise, nothing is lost outside the
+    # windows beyond the background bound, and afterwards leafA0's slot table is what it was.
+    rate, flaps = 4000, 4
+    def slot_ports():
+        return {dest: [s["port"] for s in rows] for dest, rows in lab.controller.get("/api/slots?switch=leafA0").items()}
+
+    slots_before = slot_ports()
+    run = probe("h0", "h15", plane="A", sport=49152, rate_pps=rate, seconds=8)
+    run.wait_sending()
+    wait_carrying(lab, "spineA0", 4, rate // 4 * 64)
+    events = faults.flap("spineA0", 4, times=flaps, within_s=4.0)
+    wait_until("leafA0's slots back as they were", lambda: slot_ports() == slots_before, 10, 0.1)
+    report = run.result()
+    assert report.expected == rate * 8 and report.duplicates == 0 and report.send_errors == ()
+    windows = [report.window(e.at_s, 0.45) for e in events]
+    lost = [report.lost_in(*w) for w in windows]
+    print(f"flap: lost per transition (down, up, ...) {lost}; spans {report.lost_spans}")
+    for e, w, n in zip(events, windows, lost):
+        assert n <= 0.25 * rate, (e.describe(), n, report.spans_in(*w))
+    assert_background(report, windows)
+    # the controller saw every down and every up: a failure and a recovery decision each time
+
+    def decisions(cause):
+        return {e["time_s"] for e in events_matching(lab, cause=cause, switch="leafA0", dest="leafA3")}
+    assert len(decisions("failure")) >= flaps and len(decisions("recovery")) >= flaps
+
+
+def port_to(fabric, switch: str, node: str) -> int:
+    """`switch`'s port towards `node`, from the fabric's links."""
+    return next(e.port for link in fabric.links for e, o in ((link.a, link.b), (link.b, link.a))
+                if e.node == switch and o.node == node)
+
+
+@pytest.mark.fabric("dual-plane-16", routing="adaptive")
+def test_a_whole_plane_down_and_up_the_hosts_carry_on_over_the_other(lab, probe, faults):
+    # The probe sends on both of h0's NICs, packet seq on plane seq mod 2, as a collective library
+    # spreads over its NICs. Plane A dies as a whole for 2 s: h0's plane-A NIC loses carrier, its
+    # sends there fail at once, and they leave by plane B instead. Without that, plane A's half of
+    # the 2 s (4000 packets) would be lost; the bound is 0.1 s of packets at the failure, 0.25 s
+    # at the recovery (OVS takes a few ms to use a port that came back).
+    rate = 4000
+    fab = lab.fabric
+    run = probe("h0", "h15", plane="both", sport=49152, rate_pps=rate, seconds=7)
+    run.wait_sending()
+    into = {p: ("leaf" + p + "3", port_to(fab, "leaf" + p + "3", "h15")) for p in ("A", "B")}
+    for sw, port in into.values():
+        wait_carrying(lab, sw, port, rate // 8 * 64)  # both planes carry their half
+    a_links = lambda: [l for l in lab.controller.get("/api/links") if fab.switch_by_name[l["switch"]].plane == "A"]
+    down = faults.plane("A", up=False)
+    wait_until("the controller to see every plane-A link down", lambda: not any(l["up"] for l in a_links()), 10)
+    wait_carrying(lab, *into["B"], rate // 2 * 64)  # plane B carries it all
+    time.sleep(max(0.0, down.at_s + 2.0 - time.monotonic()))
+    up = faults.plane("A", up=True)
+    wait_until("the controller to see every plane-A link up", lambda: all(l["up"] for l in a_links()), 10)
+    wait_carrying(lab, *into["A"], rate // 8 * 64)  # plane A carries its half again
+    report = run.result()
+    assert report.expected == rate * 7 and report.duplicates == 0 and report.send_errors == ()
+    assert sum(report.sent_per_route) == report.expected
+    # at least 90% of plane A's share of the 2 s left by plane B instead
+    assert report.rerouted >= 0.9 * rate * 2.0 / 2, report.rerouted
+    failure, recovery = report.window(down.at_s, 0.5), report.window(up.at_s, 0.5)
+    lost_failure, lost_recovery = report.lost_in(*failure), report.lost_in(*recovery)
+    print(f"plane A down: lost {lost_failure} at the failure, {lost_recovery} at the recovery; rerouted "
+          f"{report.rerouted}, per plane {report.sent_per_route}; spans {report.lost_spans}")
+    assert lost_failure <= 0.1 * rate, report.spans_in(*failure)
+    assert lost_recovery <= 0.25 * rate, report.spans_in(*recovery)
+    assert_background(report, [failure, recovery])
