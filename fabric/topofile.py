@@ -293,5 +293,44 @@ def load(path: str | Path) -> Fabric:
     return loads(text, source=str(path))
 
 
+def template(path: str | Path) -> tuple[str, dict[str, Any]]:
+    """A builder topology file as (builder, params with the name), to build at other sizes (`scaled`).
+    The file is read and checked as `load` reads it (it must also build as it is)."""
+    fab = load(path)
+    p = Path(path)
+    if not p.exists() and (TOPOLOGY_DIR / f"{p}.yaml").exists():
+        p = TOPOLOGY_DIR / f"{p}.yaml"
+    data = yaml.load(p.read_text(encoding="utf-8"), Loader=_Loader)
+    if not isinstance(data, dict) or "builder" not in data:
+        raise TopologyError(f"{path}: only a builder topology (builder: + params:) can be scaled to other sizes; "
+                            "this one lists its nodes and links")
+    params = dict(data.get("params") or {})
+    params["name"] = data.get("name") or fab.name
+    return str(data["builder"]), params
+
+
+#: the parameters that count units of the tier above the hosts, per builder: scaled down with the
+#: host count so that a smaller fabric keeps the template's per-switch shape where it can
+_POD = {"pyramid": ("hosts_per_tor", "tors_per_pod")}
+
+
+def scaled(path: str | Path, hosts: int) -> Fabric:
+    """The fabric of a builder topology file at `hosts` hosts: the same builder and parameters (NIC
+    rates, hosts per edge switch, oversubscription, spines), `hosts` replaced; a pyramid's pods hold
+    at most the ToRs there are (`tors_per_pod` = min(its value, ToRs)). Named like the file with the
+    host count replaced (`dual-plane-1024` at 128 hosts: `dual-plane-128`)."""
+    builder, params = template(path)
+    name = str(params.pop("name"))
+    params["hosts"] = hosts
+    if builder in _POD:
+        per_edge, per_pod = _POD[builder]
+        edges = -(-hosts // int(params.get(per_edge, 4)))
+        if per_pod in params:
+            params[per_pod] = max(1, min(int(params[per_pod]), edges))
+    stem, dash, count = name.rpartition("-")
+    params["name"] = f"{stem}-{hosts}" if dash and count.isdigit() else f"{name}-{hosts}"
+    return from_dict({"builder": builder, "params": params}, f"{path} at {hosts} hosts")
+
+
 def dumps(fab: Fabric) -> str:
     return yaml.safe_dump(to_dict(fab), sort_keys=False, default_flow_style=None, width=120)

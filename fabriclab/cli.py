@@ -12,6 +12,8 @@
                                                 and pyramid-16 (ecmp), side by side
     fabriclab sim [TRACE] [--topology T ...] [--routing R ...] [--link-down SW:PORT@US ...]
                                                 the same on the flow-level simulator: no root, any size
+    fabriclab compare [TRACE] [--topology T --routing R ...] [--sizes N ...]
+                                                a trace over fabrics, routings and sizes on the simulator
     fabriclab report DIR [DIR2]                 re-render a run's report, or put two runs side by side
     fabriclab record OUT [--ranks 4 --steps 6]  record a small real DDP job (PyTorch, gloo) as Kineto traces
 
@@ -312,6 +314,60 @@ def _replay_with_bar(workload: Any, label: str, fab: Any, routing: str, run_opts
             bar.close()
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from fabric.flowsim import SimOptions
+    from fabriclab import compare as cmp
+    from traffic.traces import BUILTIN_TRACE
+
+    trace = args.trace or str(BUILTIN_TRACE)
+    label = trace if args.trace else f"builtin ({BUILTIN_TRACE.name})"
+    if args.topology:
+        pairs = _replay_pairs(args)
+        series = [cmp.Series(t, r) for t, r in pairs]
+    else:
+        if args.routing:
+            raise FabriclabError("--routing needs --topology (one per topology)")
+        series = list(cmp.DEFAULT_SERIES)
+    if args.per_transfer_us < 0 or args.per_hop_us < 0:
+        raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
+                             f"and {args.per_hop_us:g}")
+    if args.jobs is not None and args.jobs < 1:
+        raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
+    options: dict[str, Any] = {"placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
+                               "repeat": args.repeat, "seed": args.seed, "compute_gap_us": args.compute_gap_us or 0.0}
+    if args.ports != "auto":
+        options["ports"] = args.ports
+    sim = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6)
+    bar = None
+    if not args.json and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit="config", desc="compare", leave=False)
+
+    def progress(n: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.update(n - bar.n)
+
+    t0 = time.monotonic()
+    try:
+        rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
+                           cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    seed = cmp.seed_check(rows)
+    meta = {"trace": label, "series": [dataclasses.asdict(s) for s in series], "sizes": sorted(set(args.sizes)),
+            "options": options, "sim": dataclasses.asdict(sim), "wall_s": time.monotonic() - t0}
+    paths = cmp.write(rows, seed, Path(args.out), meta)
+    if args.json:
+        print(paths[0].read_text())
+    else:
+        print(cmp.format_table(rows, seed))
+        print(f"wrote        {', '.join(str(p) for p in paths)}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from traffic import report
     from traffic.results import load_result
@@ -440,6 +496,36 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--link-up", action="append", metavar="SWITCH:PORT@US",
                     help="bring a link back up at a real time; repeatable")
     sm.set_defaults(func=cmd_sim)
+
+    cp = sub.add_parser("compare", help="a trace over fabrics, routing modes and sizes on the simulator: "
+                                        "utilisation, communication share, step times, busbw, scaling efficiency")
+    cp.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory (default: the built-in "
+                                                              "recording); mapped onto each size's ranks")
+    cp.add_argument("--topology", action="append", metavar="T",
+                    help="a builder topology file or shipped name, built at each size; repeat for each series "
+                         "(default: pyramid-1024 with ecmp and dual-plane-1024 with adaptive, the same bandwidth "
+                         "per host)")
+    cp.add_argument("--routing", action="append", metavar="R", help=ROUTING_HELP + "; one per --topology")
+    cp.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512, 1024], metavar="N",
+                    help="GPUs (one per host); the smallest is the scaling base (default 128 256 512 1024)")
+    cp.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
+    cp.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring)")
+    cp.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
+    cp.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
+                    help="source ports (default auto: planned under adaptive routing, hashed otherwise)")
+    cp.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
+    cp.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times")
+    cp.add_argument("--compute-gap-us", type=float, default=None,
+                    help="compute before each collective, for traces without timings")
+    cp.add_argument("--per-transfer-us", type=float, default=0.0, help="overhead per transfer (default 0)")
+    cp.add_argument("--per-hop-us", type=float, default=0.0, help="latency per link of a path (default 0)")
+    cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores)")
+    cp.add_argument("--cache", default="results/compare/cache",
+                    help="where rows are cached by content (default results/compare/cache)")
+    cp.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")
+    cp.add_argument("--out", default="results/compare", help="output directory (default results/compare)")
+    cp.add_argument("--json", action="store_true", help="print compare.json instead of the table")
+    cp.set_defaults(func=cmd_compare)
 
     rep = sub.add_parser("report", help="re-render a run's report, or two runs side by side")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="one or two run directories (with result.json)")

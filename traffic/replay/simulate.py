@@ -26,7 +26,7 @@ import numpy as np
 
 from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, simulate
 from fabric.model import Fabric
-from fabric.routing import PathTable, load_policy
+from fabric.routing import PathTable, RoutingPolicy, load_policy
 from traffic.replay.analyse import collective_results, step_results
 from traffic.replay.driver import CallTiming, RawRun
 from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
@@ -81,6 +81,7 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
     plan = plan_for_simulation(workload, fabric, options)
     sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed)
     policy = load_policy(routing)(PathTable(fabric))
+    ecmp = ecmp_collisions(plan, policy)  # with every link up, before the link events
     jobs = []
     for call in plan.calls:
         dag = plan.templates[call.template].dag
@@ -118,7 +119,39 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                     "slot": m.slot, "old_port": m.old_port, "new_port": m.new_port, "decision_us": e.decision_us,
                     "at_emu_s": e.time_s} for e in policy.events() for m in e.moves)
     return RunResult(meta, tuple(colls), tuple(steps), interval, tuple(links), _fidelity(links, interval), faults,
-                     events)
+                     events, extra={"ecmp": ecmp})
+
+
+def ecmp_collisions(plan: ReplayPlan, policy: RoutingPolicy) -> dict[str, int]:
+    """ECMP collisions among the plan's connections, on their paths with every link up: at each switch,
+    for each set of equal-cost ports its connections choose among (e.g. a leaf's uplinks), the
+    connections that share a port while another port of the set carries none (each of them could have
+    had a port to itself). Static: the connections of a data-parallel all-reduce all run at once.
+    Returns {"collisions", "choices" (connections x switches where there was a choice), "ports_idle"}."""
+    fab = plan.fabric
+    port_of = {(e.node, o.node): e.port for link in fab.links for e, o in ((link.a, link.b), (link.b, link.a))}
+    counts: dict[tuple[str, tuple[int, ...]], dict[int, int]] = {}
+    choices = 0
+    for c in plan.connections:
+        src, dst = fab.nic(c.src_host, c.plane), fab.nic(c.dst_host, c.plane)
+        nodes = policy.path(src, dst, c.sport)
+        if nodes is None:
+            continue
+        for u, v in zip(nodes, nodes[1:]):
+            if u not in fab.switch_by_name:
+                continue
+            ports = tuple(sorted(policy.table.ecmp_ports(u, dst.switch)))
+            if len(ports) < 2:
+                continue
+            choices += 1
+            used = counts.setdefault((u, ports), {})
+            used[port_of[(u, v)]] = used.get(port_of[(u, v)], 0) + 1
+    collisions = idle_total = 0
+    for (_, ports), used in counts.items():
+        idle = len(ports) - len(used)
+        collisions += min(sum(n - 1 for n in used.values()), idle)
+        idle_total += idle
+    return {"collisions": collisions, "choices": choices, "ports_idle": idle_total}
 
 
 def link_series(fabric: Fabric, res: FlowSimResult, bins: int = LINK_BINS) -> tuple[float, list[LinkSeries]]:
