@@ -252,7 +252,10 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         if args.per_transfer_us < 0 or args.per_hop_us < 0:
             raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
                                  f"and {args.per_hop_us:g}")
-        sim_opts = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6)
+        if not args.poll_ms >= 0:
+            raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
+        sim_opts = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
+                              poll_s=args.poll_ms / 1e3)
         link_events = {fab.name: [parse_link_event(t, fab, up) for up, texts in ((False, args.link_down or []),
                                                                                    (True, args.link_up or []))
                                   for t in texts] for fab, _ in fabrics}
@@ -337,7 +340,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                "repeat": args.repeat, "seed": args.seed, "compute_gap_us": args.compute_gap_us or 0.0}
     if args.ports != "auto":
         options["ports"] = args.ports
-    sim = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6)
+    if not args.poll_ms >= 0:
+        raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
+    sim = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
+                     poll_s=args.poll_ms / 1e3)
     bar = None
     if not args.json and sys.stderr.isatty():
         from tqdm import tqdm
@@ -491,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="fixed overhead per point-to-point transfer, real microseconds (default 0)")
     sm.add_argument("--per-hop-us", type=float, default=0.0,
                     help="latency per link of a transfer's path, real microseconds (default 0)")
+    sm.add_argument("--poll-ms", type=float, default=10.0,
+                    help="congestion feedback: the routing policy sees link and slot rates every this many "
+                         "simulated ms, as the controller polls its counters (default 10; 0: never)")
     sm.add_argument("--link-down", action="append", metavar="SWITCH:PORT@US",
                     help="take a link down at a real time (microseconds since the first collective); repeatable")
     sm.add_argument("--link-up", action="append", metavar="SWITCH:PORT@US",
@@ -519,6 +528,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="compute before each collective, for traces without timings")
     cp.add_argument("--per-transfer-us", type=float, default=0.0, help="overhead per transfer (default 0)")
     cp.add_argument("--per-hop-us", type=float, default=0.0, help="latency per link of a path (default 0)")
+    cp.add_argument("--poll-ms", type=float, default=10.0,
+                    help="congestion feedback: the routing policy sees link and slot rates every this many "
+                         "simulated ms, as the controller polls its counters (default 10; 0: never)")
     cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores)")
     cp.add_argument("--cache", default="results/compare/cache",
                     help="where rows are cached by content (default results/compare/cache)")

@@ -385,3 +385,50 @@ def test_a_transfer_between_mesh_leaves_completes_over_the_detours_after_its_dir
     assert rates[after, [res.link_index("leafA0", "leafA2"), res.link_index("leafA3", "leafA1")]] == pytest.approx(0)
     assert rates[after, [res.link_index("leafB0", "leafB2"), res.link_index("leafB3", "leafB1")]] == pytest.approx(
         [100e9, 100e9])
+
+
+def test_congestion_feedback_moves_one_of_two_colliding_flows_and_both_finish_sooner():
+    # 2 hosts per leaf at 200 G per NIC, leaf uplinks 2:1 oversubscribed: 2 x 100 G per plane. h0 -> h6
+    # and h1 -> h7 (leafA0 -> leafA3), one connection per plane each (channels=1), hashed source
+    # ports of a seed that puts the two plane-A connections in different slots on the same uplink.
+    # 200 MB per transfer, 100 MB (0.8 Gbit) per connection. Sharing the uplink: 50 G each. The
+    # adaptive policy, polled every 10 ms, sees it hot (100% > 90%) with two elephant slots and the
+    # other uplink with none, and moves one: from then on each has 100 G. So 10 ms at 50 G (0.5
+    # Gbit), then 0.3 Gbit at 100 G: 13 ms. Without polling: 0.8 Gbit at 50 G, 16 ms. (The seed also
+    # gives plane B's two connections an uplink each: 8 ms there.)
+    from fabric.builders import dual_plane
+    from fabric.flowsim import plan_connections
+    from fabric.routing import AdaptivePolicy
+
+    fab = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, oversubscription=2.0)
+    probe = AdaptivePolicy(PathTable(fab))
+    tier = probe.tier("leafA0")
+
+    def colliding(seed):
+        conns = plan_connections(fab, probe.entropy, {("h0", "h6"), ("h1", "h7")}, channels=1, ports="hashed",
+                                 seed=seed)
+        a = [probe.entropy.slot(tier, cs[0].sport) for cs in conns.values()]  # the plane-A connections
+        b = [probe.entropy.slot(tier, cs[1].sport) for cs in conns.values()]
+        port_a = {probe.port("leafA0", "leafA3", s) for s in a}
+        port_b = {probe.port("leafB0", "leafB3", s) for s in b}
+        return a[0] != a[1] and len(port_a) == 1 and len(port_b) == 2
+
+    seed = next(s for s in range(1000) if colliding(s))
+    size = 200_000_000
+    job = Job(TransferDag((Transfer(0, 2, size), Transfer(1, 3, size)), (0, 1, 2, 3)), Placement(("h0", "h1", "h6", "h7")))
+
+    def run_with(poll_s):
+        pol = AdaptivePolicy(PathTable(fab))
+        return pol, simulate(fab, pol, [job], options=SimOptions(channels=1, ports="hashed", seed=seed, poll_s=poll_s))
+
+    pol, res = run_with(0.010)
+    _, base = run_with(0.0)
+    assert res.job_time_s[0] == pytest.approx(0.013, rel=1e-9)
+    assert base.job_time_s[0] == pytest.approx(0.016, rel=1e-9)
+    moves = [m for e in pol.events() for m in e.moves if e.cause == "congestion" and m.switch == "leafA0"]
+    assert len(moves) == 1 and {moves[0].old_port, moves[0].new_port} == {1, 2}
+    assert res.congestion_moves >= 1 and base.congestion_moves == 0 and base.polls == 0
+    up = [res.link_index("leafA0", sw) for sw in ("spineA0", "spineA1")]
+    rates = res.link_rate_bps()
+    assert sorted(rates[0, up]) == pytest.approx([0.0, 100e9])  # before the move: one uplink for both
+    assert max(rates[:, up].sum(axis=1)) == pytest.approx(200e9)  # after it: both uplinks full

@@ -22,9 +22,14 @@ collisions included), fair sharing, dependencies, failures at given times. What 
 queues, buffers, TCP dynamics (slow start, loss recovery, the time a failure takes to detect), path
 latency beyond the overhead parameters, the replay's cut-through forwarding (a transfer here waits
 for its dependencies in full; for bandwidth-bound collectives with equal shares the times agree),
-transfers of one connection queueing in order (here they share the path's bandwidth), and the
-adaptive policy's congestion moves (no load feedback yet). Rates are in bits per second, times in
-seconds.
+and transfers of one connection queueing in order (here they share the path's bandwidth).
+
+Congestion moves (`SimOptions.poll_s` > 0, for a policy that reacts to loads): every `poll_s` while
+flows run, the policy's `on_loads` gets the current rate of every switch egress link and of every
+slot (each flow's rate added at every decision point on its path, in the slot its source port
+selects there), as the controller gets them from port and flow counters every poll; the slots it
+moves re-route their flows at once. The rates are exact (no counter windows) and the move costs no
+time. Rates are in bits per second, times in seconds.
 """
 from __future__ import annotations
 
@@ -75,11 +80,17 @@ class SimOptions:
     seed: int = 0  # for hashed source ports
     per_transfer_s: float = 0.0  # fixed delay per transfer (e.g. software overhead), seconds
     per_hop_s: float = 0.0  # latency per link of a transfer's path, seconds
+    # congestion feedback: every poll_s of simulated time while flows run, the policy is given the
+    # rates of every switch egress link and every slot (as the controller's port and flow counters give
+    # them) and may move slots; 0: never (a policy without a load reaction is never polled)
+    poll_s: float = 0.0
 
     def check(self) -> None:
         if self.per_transfer_s < 0 or self.per_hop_s < 0:
             raise FlowSimError(f"overheads must be >= 0, got per_transfer_s={self.per_transfer_s}, "
                                f"per_hop_s={self.per_hop_s}")
+        if not (self.poll_s >= 0 and math.isfinite(self.poll_s)):
+            raise FlowSimError(f"poll_s must be finite and >= 0, got {self.poll_s}")
 
 
 def directed_links(fabric: Fabric) -> tuple[tuple[DirectedLinkName, ...], FloatArray]:
@@ -141,6 +152,17 @@ class _Run:
         self.conns = plan_connections(fabric, policy.entropy, {p for p in pairs if p[0] != p[1]},
                                       channels=opts.channels, ports=opts.ports, seed=opts.seed)
         self.path_of: dict[int, IntArray | None] = {}  # connection id -> its links now (None: dropped)
+        self.nodes_of: dict[int, tuple[str, ...]] = {}  # connection id -> its path's nodes now
+        # (switch, port) of each directed link leaving a switch, for the congestion feedback
+        self.egress_key: list[tuple[str, int] | None] = []
+        port_of = {(e.node, o.node): e.port for link in fabric.links for e, o in ((link.a, link.b), (link.b, link.a))}
+        for a, b in self.links:
+            self.egress_key.append((a, port_of[(a, b)]) if a in fabric.switch_by_name else None)
+        reacts = type(policy).react_to_loads is not RoutingPolicy.react_to_loads
+        self.poll_s = opts.poll_s if reacts else 0.0
+        self.poll_pending = False
+        self.polls = 0
+        self.congestion_moves = 0
         self.start_s = np.full(n, np.nan)
         self.end_s = np.full(n, np.nan)
         self.deps_left = [len(t.deps) for j in jobs for t in j.dag.transfers]
@@ -153,7 +175,7 @@ class _Run:
         self.f_links: list[IntArray | None] = []
         self.rates = np.zeros(0)
         self.dirty = True
-        # timed events: (time, order, kind, payload); kinds: 0 link event, 1 job start, 2 delivery
+        # timed events: (time, order, kind, payload); kinds: 0 link event, 1 job start, 2 delivery, 3 poll
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = 0
         self.link_events = sorted(events, key=lambda e: e.time_s)
@@ -204,6 +226,9 @@ class _Run:
         self.hops[g] = hops
         self.parts_left[g] = len(parts)
         self.dirty = True
+        if parts and self.poll_s > 0 and not self.poll_pending:
+            self.poll_pending = True
+            self._push(self.now + self.poll_s, 3, 0)
         if not parts:
             self._drained(g)
 
@@ -252,16 +277,52 @@ class _Run:
     def _path(self, c: Connection) -> IntArray | None:
         if c.id not in self.path_of:
             nodes = self.policy.path(c.src, c.dst, c.sport)
+            self.nodes_of[c.id] = nodes or ()
             self.path_of[c.id] = None if nodes is None else np.asarray(
                 [self.link_id[(u, v)] for u, v in itertools.pairwise(nodes)], dtype=np.intp)
         return self.path_of[c.id]
 
+    def _reroute_all(self) -> None:
+        self.path_of.clear()
+        self.nodes_of.clear()
+        self.f_links = [self._path(c) for c in self.f_conn]
+        self.dirty = True
+
+    def _poll(self) -> None:
+        """The congestion feedback (module docstring): link and slot rates to the policy."""
+        self.poll_pending = False
+        if not self.f_conn:
+            return
+        if self.dirty:
+            self._update_rates()
+        self.polls += 1
+        load = np.zeros(len(self.links))
+        routed, paths = self._routed()
+        if routed:
+            np.add.at(load, np.concatenate(paths), np.repeat(self.rates[routed], [len(p) for p in paths]))
+        port_rates = {k: float(load[i]) for i, k in enumerate(self.egress_key) if k is not None}
+        slot_rates: dict[tuple[str, str, int], float] = {}
+        pol = self.policy
+        for f, c in enumerate(self.f_conn):
+            rate = float(self.rates[f])
+            if rate <= 0:
+                continue
+            dest = c.dst.switch
+            for node in self.nodes_of.get(c.id, ())[1:-2]:  # the switches before the destination's
+                if pol.is_decision(node, dest):
+                    key = (node, dest, pol.entropy.slot(pol.tier(node), c.sport))
+                    slot_rates[key] = slot_rates.get(key, 0.0) + rate
+        moves = pol.on_loads(port_rates, slot_rates, self.now)
+        if moves:
+            self.congestion_moves += len(moves)
+            self._reroute_all()
+        self.poll_pending = True
+        self._push(self.now + self.poll_s, 3, 0)
+
     def _link_event(self, e: LinkEvent) -> None:
         self.policy.on_link_change(e.switch, e.port, e.up, self.now)
         self.route_changes += 1
-        self.path_of.clear()
-        self.f_links = [self._path(c) for c in self.f_conn]
-        self.dirty = True
+        self._reroute_all()
 
     # ---- the loop ------------------------------------------------------------------------------
     def _routed(self) -> tuple[list[int], list[IntArray]]:
@@ -339,7 +400,7 @@ class _Run:
                     step = float(finish.min())
                     if self.now + step <= next_event:
                         done = [int(f) for f in np.flatnonzero(finish <= step * (1 + END_TOL))]
-            if step == math.inf and next_event == math.inf:
+            if step == math.inf and (next_event == math.inf or self._only_polls()):
                 break  # nothing moves and nothing will happen: finished, or stalled
             if done:
                 self._advance(self.now + step)
@@ -352,9 +413,15 @@ class _Run:
                     self._link_event(self.link_events[payload])
                 elif kind == 1:
                     self._start_job(payload)
-                else:
+                elif kind == 2:
                     self._deliver(payload)
+                else:
+                    self._poll()
         return self._result()
+
+    def _only_polls(self) -> bool:
+        """Nothing but polls is pending, and no flow moves: a poll cannot make a flow without a path move."""
+        return all(kind == 3 for _, _, kind, _ in self.heap)
 
     def _result(self) -> FlowSimResult:
         return FlowSimResult(
@@ -364,5 +431,6 @@ class _Run:
             edges_s=np.asarray(self.edges, dtype=float), load_ptr=np.asarray(self.ptr, dtype=np.intp),
             load_link=np.concatenate([np.zeros(0, dtype=np.intp), *self.load_link]),
             load_bps=np.concatenate([np.zeros(0), *self.load_bps]),
-            rate_updates=self.rate_updates, route_changes=self.route_changes,
+            rate_updates=self.rate_updates, route_changes=self.route_changes, polls=self.polls,
+            congestion_moves=self.congestion_moves,
             stalled=tuple(int(g) for g in np.flatnonzero(np.isnan(self.end_s))))

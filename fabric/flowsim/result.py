@@ -32,6 +32,8 @@ class FlowSimResult:
     rate_updates: int  # how many times the max-min rates were computed (the simulator's cost driver)
     route_changes: int  # link events applied through the routing policy
     stalled: tuple[int, ...]  # transfers never delivered (a flow with no live path at the end)
+    polls: int = 0  # congestion feedback rounds (SimOptions.poll_s)
+    congestion_moves: int = 0  # slots the policy moved on load
 
     @property
     def job_time_s(self) -> FloatArray:
