@@ -142,6 +142,21 @@ class Fabric:
             out[(link.b.node, link.b.port)] = link.a
         return out
 
+    @cached_property
+    def _port_to(self) -> dict[tuple[str, str], int]:
+        out = {}
+        for link in self.links:
+            out[(link.a.node, link.b.node)] = link.a.port
+            out[(link.b.node, link.a.node)] = link.b.port
+        return out
+
+    def port_towards(self, node: str, neighbour: str) -> int:
+        """`node`'s port on its link to `neighbour` (links are never parallel)."""
+        try:
+            return self._port_to[(node, neighbour)]
+        except KeyError:
+            raise TopologyError(f"no link between {node} and {neighbour}") from None
+
     def peer(self, node: str, port: int) -> Endpoint:
         """The far end of the link at `node`'s `port`."""
         try:

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from fabric.builders import build, dual_plane, leaf_spine, pyramid
+from fabric import topofile
 from fabric.errors import TopologyError
 
 
@@ -130,3 +131,12 @@ def test_build_by_name_rejects_unknown_builder_and_parameter_and_type():
         build("dual_plane", {"host": 16})
     with pytest.raises(TopologyError, match="hosts"):
         build("dual_plane", {"hosts": "sixteen"})
+
+
+def test_port_towards_a_neighbour_and_a_non_neighbour():
+    fab = topofile.load("dual-plane-16")
+    # leafA0: ports 1-2 up to spineA0/spineA1, 3-6 down to h0..h3 (the order the tests of multipath rely on)
+    assert fab.port_towards("leafA0", "spineA0") == 1 and fab.port_towards("leafA0", "h0") == 3
+    assert fab.peer("leafA0", fab.port_towards("leafA0", "spineA1")).node == "spineA1"
+    with pytest.raises(TopologyError, match="no link between leafA0 and leafA1"):
+        fab.port_towards("leafA0", "leafA1")

@@ -77,8 +77,7 @@ def test_a_failed_uplink_costs_a_non_blocking_leaf_nothing_and_is_reported():
     n, size = 16, 16 * 4 * 250_000
     w = untimed([coll(size=size, n=n)])
     base = simulate_replay(w, "t", DP16, "adaptive", ReplayOptions())
-    port = next(e.port for l in DP16.links for e, o in ((l.a, l.b), (l.b, l.a))
-                if e.node == "leafA0" and o.node == "spineA0")
+    port = DP16.port_towards("leafA0", "spineA0")
     down = parse_link_event(f"leafA0:{port}@0", DP16, up=False)
     res = simulate_replay(w, "t", DP16, "adaptive", ReplayOptions(), link_events=[down])
     assert res.collectives[0].duration_real_us == pytest.approx(base.collectives[0].duration_real_us, rel=1e-9)
@@ -90,7 +89,7 @@ def test_a_failed_uplink_costs_a_non_blocking_leaf_nothing_and_is_reported():
 
 
 def test_a_host_cut_off_stalls_with_a_named_error():
-    port = next(e.port for l in DP16.links for e, o in ((l.a, l.b), (l.b, l.a)) if e.node == "leafA0" and o.node == "h0")
+    port = DP16.port_towards("leafA0", "h0")
     down = parse_link_event(f"leafA0:{port}@0", DP16, up=False)
     with pytest.raises(ReplayError, match="stalled.*no live path"):
         simulate_replay(untimed([coll(size=160_000, n=16)]), "t", DP16, "adaptive", ReplayOptions(), link_events=[down])

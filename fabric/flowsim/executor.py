@@ -155,9 +155,8 @@ class _Run:
         self.nodes_of: dict[int, tuple[str, ...]] = {}  # connection id -> its path's nodes now
         # (switch, port) of each directed link leaving a switch, for the congestion feedback
         self.egress_key: list[tuple[str, int] | None] = []
-        port_of = {(e.node, o.node): e.port for link in fabric.links for e, o in ((link.a, link.b), (link.b, link.a))}
-        for a, b in self.links:
-            self.egress_key.append((a, port_of[(a, b)]) if a in fabric.switch_by_name else None)
+        for here, there in self.links:
+            self.egress_key.append((here, fabric.port_towards(here, there)) if here in fabric.switch_by_name else None)
         reacts = type(policy).react_to_loads is not RoutingPolicy.react_to_loads
         self.poll_s = opts.poll_s if reacts else 0.0
         self.poll_pending = False

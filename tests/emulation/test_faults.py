@@ -91,12 +91,6 @@ def test_a_flapping_link_costs_a_bounded_outage_per_flap_and_everything_returns(
     assert len(decisions("failure")) >= flaps and len(decisions("recovery")) >= flaps
 
 
-def port_to(fabric, switch: str, node: str) -> int:
-    """`switch`'s port towards `node`, from the fabric's links."""
-    return next(e.port for link in fabric.links for e, o in ((link.a, link.b), (link.b, link.a))
-                if e.node == switch and o.node == node)
-
-
 @pytest.mark.fabric("dual-plane-16", routing="adaptive")
 def test_a_whole_plane_down_and_up_the_hosts_carry_on_over_the_other(lab, probe, faults):
     # The probe sends on both of h0's NICs, packet seq on plane seq mod 2, as a collective library
@@ -108,7 +102,7 @@ def test_a_whole_plane_down_and_up_the_hosts_carry_on_over_the_other(lab, probe,
     fab = lab.fabric
     run = probe("h0", "h15", plane="both", sport=49152, rate_pps=rate, seconds=7)
     run.wait_sending()
-    into = {p: ("leaf" + p + "3", port_to(fab, "leaf" + p + "3", "h15")) for p in ("A", "B")}
+    into = {p: ("leaf" + p + "3", fab.port_towards("leaf" + p + "3", "h15")) for p in ("A", "B")}
     for sw, port in into.values():
         wait_carrying(lab, sw, port, rate // 8 * 64)  # both planes carry their half
     a_links = lambda: [l for l in lab.controller.get("/api/links") if fab.switch_by_name[l["switch"]].plane == "A"]

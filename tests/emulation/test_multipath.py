@@ -210,8 +210,7 @@ MESH = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=2
 
 def mesh_port(a: str, b: str) -> int:
     """Switch a's port to switch b, from the fabric's links (not from the routing)."""
-    return next(e.port for link in MESH.links for e, o in ((link.a, link.b), (link.b, link.a))
-                if e.node == a and o.node == b)
+    return MESH.port_towards(a, b)
 
 
 @pytest.mark.parametrize("routing", ["adaptive", "ecmp"])

@@ -131,7 +131,6 @@ def ecmp_collisions(plan: ReplayPlan, policy: RoutingPolicy) -> dict[str, int]:
     had a port to itself). Static: the connections of a data-parallel all-reduce all run at once.
     Returns {"collisions", "choices" (connections x switches where there was a choice), "ports_idle"}."""
     fab = plan.fabric
-    port_of = {(e.node, o.node): e.port for link in fab.links for e, o in ((link.a, link.b), (link.b, link.a))}
     counts: dict[tuple[str, tuple[int, ...]], dict[int, int]] = {}
     choices = 0
     for c in plan.connections:
@@ -147,7 +146,8 @@ def ecmp_collisions(plan: ReplayPlan, policy: RoutingPolicy) -> dict[str, int]:
                 continue
             choices += 1
             used = counts.setdefault((u, ports), {})
-            used[port_of[(u, v)]] = used.get(port_of[(u, v)], 0) + 1
+            port = fab.port_towards(u, v)
+            used[port] = used.get(port, 0) + 1
     collisions = idle_total = 0
     for (_, ports), used in counts.items():
         idle = len(ports) - len(used)

@@ -1,0 +1,142 @@
+"""The flow-level simulator's cost: one training step's all-reduce at 1024 and 16,384 GPUs (no root).
+
+    .venv/bin/python benchmarks/flowsim.py [--hosts 1024 16384] [--topology dual-plane-1024 pyramid-1024]
+                                           [--algorithm ring] [--size-mb 100] [--json FILE]
+
+Each (topology, hosts) runs in a fresh process, so its peak memory is its own. There:
+- set-up, timed apart: the fabric built at that size (`fabric.topofile.scaled`), its path table and
+  routing policy (ecmp; planned source ports), with the process's peak resident memory after it;
+- one step: an all-reduce of `--size-mb` MB over every GPU (one per host; `--algorithm`, as the
+  replay's collectives schedule it), run by `fabric.flowsim.simulate`: wall time, peak memory, the
+  number of flows and of max-min rate computations, and the simulated time;
+- the rate computation alone, on the flow sets of the step's first `--ratio-samples` rate
+  computations: the vectorised progressive filling (`max_min_rates`) against the same algorithm in
+  plain Python (`max_min_rates_reference`: a correct, straightforward implementation, lists and loops,
+  no numpy; the baseline of a speed ratio, labelled as what it is), both timed on the same inputs,
+  and their rates checked equal.
+Targets (issue "The scale backend"): one step <= 1 s at 1024 GPUs and <= 30 s at 16,384 here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_samples: int) -> dict[str, Any]:
+    import numpy as np
+
+    from fabric import topofile
+    from fabric.flowsim import Job, SimOptions, max_min_rates, max_min_rates_reference, simulate
+    from fabric.flowsim import executor
+    from fabric.routing import EcmpPolicy, PathTable
+    from fabric.transfers import Placement
+    from traffic import collectives
+
+    t0 = time.perf_counter()
+    fab = topofile.scaled(topology, hosts)
+    policy = EcmpPolicy(PathTable(fab))
+    setup_s = time.perf_counter() - t0
+    setup_mb = peak_rss_mb()
+    ranks = list(range(hosts))
+    hosts_of = [h.name for h in fab.hosts]
+    leaf_of = {h.name: min(n.switch for n in fab.nics_of[h.name]) for h in fab.hosts}
+    placement = Placement(tuple(hosts_of))
+    groups = collectives.groups_by(placement, lambda h: leaf_of[h])
+    dag = collectives.schedule("all_reduce", size_bytes, ranks, algorithm, groups=groups)
+
+    samples: list[tuple[int, Any, Any, Any]] = []
+    real = executor.max_min_rates
+
+    def recording(n, flow, link, cap):  # keep the first inputs for the speed ratio (not timed in the step)
+        if len(samples) < ratio_samples:
+            samples.append((n, flow.copy(), link.copy(), cap))
+        return real(n, flow, link, cap)
+
+    executor.max_min_rates = recording
+    try:
+        t1 = time.perf_counter()
+        res = simulate(fab, policy, [Job(dag, placement)], options=SimOptions(ports="planned"))
+        step_s = time.perf_counter() - t1
+    finally:
+        executor.max_min_rates = real
+    vec_s = ref_s = 0.0
+    worst = 0.0
+    for n, flow, link, cap in samples:
+        a = time.perf_counter()
+        fast = max_min_rates(n, flow, link, cap)
+        vec_s += time.perf_counter() - a
+        paths: list[list[int]] = [[] for _ in range(n)]
+        for f, l in zip(flow.tolist(), link.tolist()):
+            paths[f].append(l)
+        a = time.perf_counter()
+        slow = max_min_rates_reference(paths, cap.tolist())
+        ref_s += time.perf_counter() - a
+        worst = max(worst, float(np.max(np.abs(fast - np.asarray(slow)) / np.maximum(1.0, np.asarray(slow)))))
+    return {"topology": topology, "fabric": fab.name, "hosts": hosts, "algorithm": algorithm,
+            "size_bytes": size_bytes, "transfers": len(dag), "setup_s": setup_s, "setup_peak_mb": setup_mb,
+            "step_s": step_s, "peak_mb": peak_rss_mb(), "rate_updates": res.rate_updates,
+            "simulated_s": float(res.job_time_s[0]), "ratio_samples": len(samples),
+            "flows_per_sample": sum(s[0] for s in samples) / max(1, len(samples)),
+            "vectorised_s": vec_s, "reference_s": ref_s, "speed_ratio": ref_s / vec_s if vec_s > 0 else None,
+            "max_rel_diff": worst}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hosts", type=int, nargs="+", default=[1024, 16384])
+    ap.add_argument("--topology", nargs="+", default=["dual-plane-1024", "pyramid-1024"],
+                    help="builder topology files, built at each --hosts")
+    ap.add_argument("--algorithm", default="ring")
+    ap.add_argument("--size-mb", type=float, default=100.0, help="the all-reduce's size (default 100 MB)")
+    ap.add_argument("--ratio-samples", type=int, default=20)
+    ap.add_argument("--timeout-s", type=float, default=3600.0, help="per configuration")
+    ap.add_argument("--json", help="also write the rows here")
+    ap.add_argument("--one", nargs=2, metavar=("TOPOLOGY", "HOSTS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    size = int(args.size_mb * 1e6)
+    if args.one:
+        print(json.dumps(one(args.one[0], int(args.one[1]), args.algorithm, size, args.ratio_samples)))
+        return 0
+    rows = []
+    for topology in args.topology:
+        for hosts in args.hosts:
+            cmd = [sys.executable, __file__, "--one", topology, str(hosts), "--algorithm", args.algorithm,
+                   "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples)]
+            try:
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
+            except subprocess.TimeoutExpired:
+                print(f"{topology} at {hosts}: over {args.timeout_s:g} s, stopped", flush=True)
+                rows.append({"topology": topology, "hosts": hosts, "error": f"timeout {args.timeout_s:g} s"})
+                continue
+            if out.returncode != 0:
+                err = (out.stderr.strip().splitlines() or ["?"])[-1]
+                print(f"{topology} at {hosts}: failed: {err}", flush=True)
+                rows.append({"topology": topology, "hosts": hosts, "error": err})
+                continue
+            r = json.loads(out.stdout)
+            rows.append(r)
+            print(f"{r['fabric']:>18} {r['algorithm']}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB); "
+                  f"one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, {r['transfers']} transfers, "
+                  f"{r['rate_updates']} rate computations, simulated {r['simulated_s'] * 1e3:.2f} ms; rate "
+                  f"computation on {r['ratio_samples']} samples of {r['flows_per_sample']:.0f} flows: vectorised "
+                  f"{r['vectorised_s'] * 1e3:.1f} ms, pure-Python reference {r['reference_s'] * 1e3:.1f} ms "
+                  f"({r['speed_ratio']:.1f}x; largest relative difference {r['max_rel_diff']:.1e})", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
