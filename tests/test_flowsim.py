@@ -212,7 +212,9 @@ def test_cost_grows_with_events_not_simulated_time():
     _, a = run("dual-plane-16", [Job(small, one_rank_per_host(fab, 16))])
     _, b = run("dual-plane-16", [Job(large, one_rank_per_host(fab, 16))])
     assert b.job_time_s[0] == pytest.approx(a.job_time_s[0] * 1024, rel=1e-6)
-    assert a.rate_updates == b.rate_updates == 2 * 15  # one per ring step (all flows of a step end together)
+    # every ring step has the same connections active (all flows of a step end together): the max-min
+    # rates are computed once and looked up for the other 29 steps
+    assert a.rate_updates == b.rate_updates == 1
 
 
 def leaf_to_leaf(fab, size):

@@ -24,6 +24,13 @@ latency beyond the overhead parameters, the replay's cut-through forwarding (a t
 for its dependencies in full; for bandwidth-bound collectives with equal shares the times agree),
 and transfers of one connection queueing in order (here they share the path's bandwidth).
 
+How it runs (the cost): transfers are handled in batches (all that become ready at one instant) on
+numpy arrays, flows too; every connection's path is one row of a padded array, recomputed only when
+the routing changes (a link event or a congestion move). Max-min rates are memoised by the multiset of
+active connections and the routing's version: the steps of a ring, whose flows are alike, compute
+them once. So the Python work per event is independent of the number of flows, and the cost grows
+with the number of distinct events.
+
 Congestion moves (`SimOptions.poll_s` > 0, for a policy that reacts to loads): every `poll_s` while
 flows run, the policy's `on_loads` gets the current rate of every switch egress link and of every
 slot (each flow's rate added at every decision point on its path, in the slot its source port
@@ -34,7 +41,6 @@ time. Rates are in bits per second, times in seconds.
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,10 +52,12 @@ from fabric.flowsim.maxmin import FloatArray, FlowSimError, IntArray, max_min_ra
 from fabric.flowsim.result import DirectedLinkName, FlowSimResult
 from fabric.model import Fabric
 from fabric.routing.policy import RoutingPolicy
-from fabric.transfers import Placement, TransferDag, split_bytes
+from fabric.transfers import Placement, TransferDag
 
 #: flows due to end within this share of the step are taken to end together with it
 END_TOL = 1e-9
+#: memoised max-min results kept at most, by total flows held
+RATE_MEMO_FLOWS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -116,24 +124,57 @@ def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, opti
 
 
 class _Run:
-    """One simulation's state. Flows are parts of transfers, kept in parallel lists by flow id."""
+    """One simulation's state, as arrays: transfers by global index (job offset + index in its DAG),
+    connections by id, active flows in parallel arrays (a flow is one part of a transfer)."""
 
     def __init__(self, fabric: Fabric, policy: RoutingPolicy, jobs: list[Job], opts: SimOptions,
                  events: list[LinkEvent]) -> None:
         self.fabric, self.policy, self.jobs, self.opts = fabric, policy, jobs, opts
         self.links, self.capacity_bps = directed_links(fabric)
         self.link_id = {l: i for i, l in enumerate(self.links)}
+        host_index = {h.name: i for i, h in enumerate(fabric.hosts)}
         offsets: list[int] = []
+        src: list[int] = []
+        dst: list[int] = []
+        size: list[int] = []
+        job_of: list[int] = []
+        deps_left: list[int] = []
+        succ_ptr: list[int] = [0]
+        succ: list[int] = []
         n = 0
-        for j in jobs:
+        for k, j in enumerate(jobs):
             if j.start_s < 0 or not math.isfinite(j.start_s):
-                raise FlowSimError(f"job {j.dag.label or len(offsets)}: start_s must be finite and >= 0")
+                raise FlowSimError(f"job {j.dag.label or k}: start_s must be finite and >= 0")
+            hosts = {}
             for r in j.dag.ranks:
                 host = j.placement.host(r)
                 if host not in fabric.host_by_name:
                     raise FlowSimError(f"rank {r} is placed on {host!r}, not a host of fabric {fabric.name!r}")
+                hosts[r] = host_index[host]
             offsets.append(n)
+            for t, nxt in zip(j.dag.transfers, j.dag.successors):
+                src.append(hosts[t.src])
+                dst.append(hosts[t.dst])
+                size.append(t.size_bytes)
+                job_of.append(k)
+                deps_left.append(len(t.deps))
+                succ.extend(n + x for x in nxt)
+                succ_ptr.append(len(succ))
             n += len(j.dag)
+        self.offsets = tuple(offsets)
+        self.n = n
+        self.t_src = np.asarray(src, dtype=np.intp)
+        self.t_dst = np.asarray(dst, dtype=np.intp)
+        self.t_size = np.asarray(size, dtype=np.int64)
+        self.t_job = np.asarray(job_of, dtype=np.intp)
+        self.deps_left = np.asarray(deps_left, dtype=np.int64)
+        self.succ_ptr = np.asarray(succ_ptr, dtype=np.intp)
+        self.succ = np.asarray(succ, dtype=np.intp)
+        self.start_s = np.full(n, np.nan)
+        self.end_s = np.full(n, np.nan)
+        self.parts_left = np.zeros(n, dtype=np.int64)
+        self.hops = np.zeros(n, dtype=np.int64)
+        # jobs
         self.waiting = [len(set(j.after)) for j in jobs]  # jobs still to complete before this one may start
         self.dependents: list[list[int]] = [[] for _ in jobs]
         for k, j in enumerate(jobs):
@@ -142,40 +183,46 @@ class _Run:
                     raise FlowSimError(f"job {k} ({j.dag.label or 'unlabelled'}) waits for job {a}: "
                                        f"a job may wait only for earlier jobs (0..{k - 1})")
                 self.dependents[a].append(k)
-        self.left = [len(j.dag) for j in jobs]  # transfers not yet delivered, per job
+        self.left = np.asarray([len(j.dag) for j in jobs], dtype=np.int64)  # transfers not yet delivered
         self.job_begun_s = np.full(len(jobs), np.nan)
         self.job_done_s = np.full(len(jobs), np.nan)
-        self.offsets = tuple(offsets)
-        self.n = n
-        self.job_of = [j for j, job in enumerate(jobs) for _ in job.dag.transfers]  # transfer -> its job
-        pairs = {(j.placement.host(t.src), j.placement.host(t.dst)) for j in jobs for t in j.dag.transfers}
-        self.conns = plan_connections(fabric, policy.entropy, {p for p in pairs if p[0] != p[1]},
-                                      channels=opts.channels, ports=opts.ports, seed=opts.seed)
-        self.path_of: dict[int, IntArray | None] = {}  # connection id -> its links now (None: dropped)
-        self.nodes_of: dict[int, tuple[str, ...]] = {}  # connection id -> its path's nodes now
-        # (switch, port) of each directed link leaving a switch, for the congestion feedback
-        self.egress_key: list[tuple[str, int] | None] = []
-        for here, there in self.links:
-            self.egress_key.append((here, fabric.port_towards(here, there)) if here in fabric.switch_by_name else None)
-        reacts = type(policy).react_to_loads is not RoutingPolicy.react_to_loads
-        self.poll_s = opts.poll_s if reacts else 0.0
-        self.poll_pending = False
-        self.polls = 0
-        self.congestion_moves = 0
-        self.start_s = np.full(n, np.nan)
-        self.end_s = np.full(n, np.nan)
-        self.deps_left = [len(t.deps) for j in jobs for t in j.dag.transfers]
-        self.parts_left = [0] * n
-        self.hops = [0] * n
+        # connections: per host pair (sender index, receiver index) a contiguous range of ids
+        names = [h.name for h in fabric.hosts]
+        remote = self.t_src != self.t_dst
+        pair_keys = np.unique(self.t_src[remote] * len(names) + self.t_dst[remote]) if n else np.zeros(0, np.intp)
+        pairs = [(names[int(k) // len(names)], names[int(k) % len(names)]) for k in pair_keys]
+        plan = plan_connections(fabric, policy.entropy, pairs, channels=opts.channels, ports=opts.ports,
+                                seed=opts.seed)
+        self.conns: list[Connection] = []
+        pair_ptr = [0]
+        for pair in pairs:
+            self.conns.extend(plan[pair])
+            pair_ptr.append(len(self.conns))
+        self.pair_key = pair_keys.astype(np.intp)
+        self.pair_ptr = np.asarray(pair_ptr, dtype=np.intp)
+        self.t_pair = np.full(n, -1, dtype=np.intp)
+        if remote.any():
+            self.t_pair[remote] = np.searchsorted(self.pair_key, self.t_src[remote] * len(names) + self.t_dst[remote])
+        # every connection's path: a row of link indexes padded with -1 (all -1: dropped)
+        self.width = 1
+        self.conn_path = np.full((len(self.conns), 1), -1, dtype=np.intp)
+        self.conn_hops = np.zeros(len(self.conns), dtype=np.int64)
+        self.conn_nodes: list[tuple[str, ...]] = [()] * len(self.conns)
+        self.conn_fresh = np.zeros(len(self.conns), dtype=bool)
+        self.route_version = 0
         # active flows
-        self.f_conn: list[Connection] = []
-        self.f_transfer: list[int] = []
-        self.f_left_bits: list[float] = []
-        self.f_links: list[IntArray | None] = []
+        self.f_conn = np.zeros(0, dtype=np.intp)
+        self.f_transfer = np.zeros(0, dtype=np.intp)
+        self.f_left_bits = np.zeros(0)
         self.rates = np.zeros(0)
+        self.load = (np.zeros(0, dtype=np.intp), np.zeros(0))  # (links, rates) of the current allocation
         self.dirty = True
-        # timed events: (time, order, kind, payload); kinds: 0 link event, 1 job start, 2 delivery, 3 poll
+        self.memo: dict[tuple[int, bytes], tuple[FloatArray, IntArray, FloatArray]] = {}
+        self.memo_flows = 0
+        # timed events: (time, order, kind, payload); kinds: 0 link event, 1 job start, 2 delivery of a
+        # batch of transfers (payload: index into self.batches), 3 poll
         self.heap: list[tuple[float, int, int, int]] = []
+        self.batches: dict[int, IntArray] = {}
         self.seq = 0
         self.link_events = sorted(events, key=lambda e: e.time_s)
         for i, e in enumerate(self.link_events):
@@ -192,68 +239,115 @@ class _Run:
         self.load_bps: list[FloatArray] = []
         self.rate_updates = 0
         self.route_changes = 0
+        # congestion feedback: (switch, port) of each directed link leaving a switch
+        self.egress_key: list[tuple[str, int] | None] = []
+        for here, there in self.links:
+            self.egress_key.append((here, fabric.port_towards(here, there)) if here in fabric.switch_by_name else None)
+        reacts = type(policy).react_to_loads is not RoutingPolicy.react_to_loads
+        self.poll_s = opts.poll_s if reacts else 0.0
+        self.poll_pending = False
+        self.polls = 0
+        self.congestion_moves = 0
 
     def _push(self, time_s: float, kind: int, payload: int) -> None:
         heapq.heappush(self.heap, (time_s, self.seq, kind, payload))
         self.seq += 1
 
-    # ---- transfers -----------------------------------------------------------------------------
-    def _where(self, g: int) -> tuple[Job, int]:
-        j = self.job_of[g]
-        return self.jobs[j], g - self.offsets[j]
-
-    def _begin(self, g: int) -> None:
-        job, i = self._where(g)
-        t = job.dag.transfers[i]
-        self.start_s[g] = self.now
-        a, b = job.placement.host(t.src), job.placement.host(t.dst)
-        if a == b:
-            self._deliver(g)
+    # ---- routing -------------------------------------------------------------------------------
+    def _route(self, ids: IntArray) -> None:
+        """(Re)compute the paths of connections `ids` that are not fresh for the current routing."""
+        stale = ids[~self.conn_fresh[ids]]
+        if not stale.size:
             return
-        conns = self.conns[(a, b)]
-        parts = [(c, size) for c, size in zip(conns, split_bytes(t.size_bytes, len(conns))) if size > 0]
-        hops = 0
-        for c, size in parts:
-            links = self._path(c)
-            hops = max(hops, 0 if links is None else len(links))
-            self.f_conn.append(c)
-            self.f_transfer.append(g)
-            self.f_left_bits.append(size * 8.0)
-            self.f_links.append(links)
-        if not parts:  # a 0-byte transfer: only the overheads
-            hops = max((len(links) for c in conns if (links := self._path(c)) is not None), default=0)
-        self.hops[g] = hops
-        self.parts_left[g] = len(parts)
+        rows = []
+        for c in np.unique(stale).tolist():
+            conn = self.conns[c]
+            nodes = self.policy.path(conn.src, conn.dst, conn.sport)
+            self.conn_nodes[c] = nodes or ()
+            rows.append((c, [] if nodes is None else [self.link_id[(u, v)] for u, v in zip(nodes, nodes[1:])]))
+        need = max(len(r) for _, r in rows)
+        if need > self.width:
+            pad = np.full((len(self.conns), need - self.width), -1, dtype=np.intp)
+            self.conn_path = np.hstack([self.conn_path, pad])
+            self.width = need
+        for c, r in rows:
+            self.conn_path[c, :] = -1
+            self.conn_path[c, :len(r)] = r
+            self.conn_hops[c] = len(r)
+        self.conn_fresh[[c for c, _ in rows]] = True
+
+    def _reroute_all(self) -> None:
+        self.conn_fresh[:] = False
+        self.route_version += 1
+        self._route(self.f_conn)
         self.dirty = True
-        if parts and self.poll_s > 0 and not self.poll_pending:
-            self.poll_pending = True
-            self._push(self.now + self.poll_s, 3, 0)
-        if not parts:
-            self._drained(g)
 
-    def _drained(self, g: int) -> None:
-        delay = self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g]
-        if delay > 0:
-            self._push(self.now + delay, 2, g)
-        else:
-            self._deliver(g)
-
-    def _deliver(self, g: int) -> None:
-        """Transfer `g` is delivered now; start whatever it was the last dependency of."""
+    # ---- transfers -----------------------------------------------------------------------------
+    def _begin(self, g: IntArray) -> None:
+        """Transfers `g` (their dependencies delivered) begin now."""
         todo = [g]
         while todo:
             g = todo.pop()
-            self.end_s[g] = self.now
-            job, i = self._where(g)
-            base = g - i
-            j = self.job_of[g]
-            self.left[j] -= 1
-            if not self.left[j]:
-                self._job_done(j)
-            for s in job.dag.successors[i]:
-                self.deps_left[base + s] -= 1
-                if self.deps_left[base + s] == 0:
-                    self._begin(base + s)
+            if not g.size:
+                continue
+            self.start_s[g] = self.now
+            local = g[self.t_pair[g] < 0]
+            g = g[self.t_pair[g] >= 0]
+            if g.size:
+                pair = self.t_pair[g]
+                lo, hi = self.pair_ptr[pair], self.pair_ptr[pair + 1]
+                k = hi - lo  # connections per transfer
+                part_t = np.repeat(g, k)  # one row per (transfer, connection)
+                j = np.arange(part_t.size) - np.repeat(np.cumsum(k) - k, k)  # connection's rank in its pair
+                conn = np.repeat(lo, k) + j
+                base, extra = np.divmod(self.t_size[g], k)
+                part_bytes = np.repeat(base, k) + (j < np.repeat(extra, k))
+                self._route(conn)
+                self.hops[g] = np.maximum.reduceat(self.conn_hops[conn], np.cumsum(k) - k)
+                keep = part_bytes > 0
+                self.parts_left[g] = np.add.reduceat(keep.astype(np.int64), np.cumsum(k) - k)
+                if keep.any():
+                    self.f_conn = np.concatenate([self.f_conn, conn[keep]])
+                    self.f_transfer = np.concatenate([self.f_transfer, part_t[keep]])
+                    self.f_left_bits = np.concatenate([self.f_left_bits, part_bytes[keep] * 8.0])
+                    self.dirty = True
+                    if self.poll_s > 0 and not self.poll_pending:
+                        self.poll_pending = True
+                        self._push(self.now + self.poll_s, 3, 0)
+                empty = g[self.parts_left[g] == 0]  # 0-byte transfers: only the overheads
+                if empty.size:
+                    self._drained(empty)
+            if local.size:
+                todo.append(self._deliver(local))
+
+    def _drained(self, g: IntArray) -> None:
+        """Transfers `g` sent their last byte now: delivered after the overheads."""
+        delay = self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g]
+        now_ = g[delay <= 0]
+        later = g[delay > 0]
+        if later.size:
+            d = delay[delay > 0]
+            for value in np.unique(d).tolist():
+                self.batches[self.seq] = later[d == value]
+                self._push(self.now + value, 2, self.seq)
+        if now_.size:
+            self._begin(self._deliver(now_))
+
+    def _deliver(self, g: IntArray) -> IntArray:
+        """Transfers `g` are delivered now; returns the transfers that became ready (to begin)."""
+        self.end_s[g] = self.now
+        jobs, counts = np.unique(self.t_job[g], return_counts=True)
+        for job, c in zip(jobs.tolist(), counts.tolist()):
+            self.left[job] -= c
+            if not self.left[job]:
+                self._job_done(job)
+        lo, hi = self.succ_ptr[g], self.succ_ptr[g + 1]
+        k = hi - lo
+        if not k.sum():
+            return np.zeros(0, dtype=np.intp)
+        nxt = self.succ[np.repeat(lo, k) + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)]
+        np.subtract.at(self.deps_left, nxt, 1)
+        return np.unique(nxt[self.deps_left[nxt] == 0])
 
     def _job_done(self, j: int) -> None:
         self.job_done_s[j] = self.now
@@ -268,48 +362,100 @@ class _Run:
             self._job_done(j)
             return
         base = self.offsets[j]
-        for i in range(len(self.jobs[j].dag)):
-            if self.deps_left[base + i] == 0 and math.isnan(self.start_s[base + i]):
-                self._begin(base + i)
+        idx = np.arange(base, base + len(self.jobs[j].dag))
+        self._begin(idx[(self.deps_left[idx] == 0) & np.isnan(self.start_s[idx])])
 
-    # ---- routing -------------------------------------------------------------------------------
-    def _path(self, c: Connection) -> IntArray | None:
-        if c.id not in self.path_of:
-            nodes = self.policy.path(c.src, c.dst, c.sport)
-            self.nodes_of[c.id] = nodes or ()
-            self.path_of[c.id] = None if nodes is None else np.asarray(
-                [self.link_id[(u, v)] for u, v in itertools.pairwise(nodes)], dtype=np.intp)
-        return self.path_of[c.id]
+    # ---- rates ---------------------------------------------------------------------------------
+    def _crossings(self, flows: IntArray) -> tuple[IntArray, IntArray]:
+        """(flow position in `flows`, link) for every link the flows cross."""
+        paths = self.conn_path[self.f_conn[flows]]
+        row, col = np.nonzero(paths >= 0)
+        return row.astype(np.intp), paths[row, col]
 
-    def _reroute_all(self) -> None:
-        self.path_of.clear()
-        self.nodes_of.clear()
-        self.f_links = [self._path(c) for c in self.f_conn]
+    def _update_rates(self) -> None:
+        order = np.argsort(self.f_conn, kind="stable")
+        key = (self.route_version, self.f_conn[order].tobytes())
+        hit = self.memo.get(key)
+        if hit is None:
+            sorted_rates = np.zeros(len(order))
+            routed = order[self.conn_hops[self.f_conn[order]] > 0]
+            pos = np.flatnonzero(self.conn_hops[self.f_conn[order]] > 0)
+            if routed.size:
+                flow, link = self._crossings(routed)
+                sorted_rates[pos] = max_min_rates(routed.size, flow, link, self.capacity_bps)
+                self.rate_updates += 1
+                load = np.bincount(link, weights=sorted_rates[pos][flow], minlength=len(self.links))
+                used = np.flatnonzero(load > 0).astype(np.intp)
+                hit = (sorted_rates, used, load[used])
+            else:
+                hit = (sorted_rates, np.zeros(0, dtype=np.intp), np.zeros(0))
+            if self.memo_flows + len(order) > RATE_MEMO_FLOWS:
+                self.memo.clear()
+                self.memo_flows = 0
+            self.memo[key] = hit
+            self.memo_flows += len(order)
+        self.rates = np.empty(len(order))
+        self.rates[order] = hit[0]
+        self.load = (hit[1], hit[2])
+        self.dirty = False
+
+    def _record(self, until_s: float) -> None:
+        """Log the link loads from now until `until_s` (one interval)."""
+        used, rate = self.load
+        if until_s <= self.now or not used.size:
+            return
+        if self.edges and self.edges[-1] != self.now:
+            self.ptr.append(self.ptr[-1])  # an idle gap: an interval with no load
+            self.edges.append(self.now)
+        if not self.edges:
+            self.edges.append(self.now)
+        self.edges.append(until_s)
+        self.load_link.append(used)
+        self.load_bps.append(rate)
+        self.ptr.append(self.ptr[-1] + used.size)
+
+    def _advance(self, until_s: float) -> None:
+        if self.f_conn.size and until_s > self.now:
+            self._record(until_s)
+            # never below 0: a flow whose end rounds to just before the event advanced to would
+            # otherwise be left owing -1e-9 bits, with a negative time to finish that is never reached
+            self.f_left_bits = np.maximum(0.0, self.f_left_bits - self.rates * (until_s - self.now))
+        self.now = until_s
+
+    def _finish_flows(self, done: IntArray) -> None:
+        gone = np.zeros(self.f_conn.size, dtype=bool)
+        gone[done] = True
+        t, c = np.unique(self.f_transfer[done], return_counts=True)
+        self.parts_left[t] -= c
+        drained = t[self.parts_left[t] == 0]
+        keep = ~gone
+        self.f_conn, self.f_transfer = self.f_conn[keep], self.f_transfer[keep]
+        self.f_left_bits, self.rates = self.f_left_bits[keep], self.rates[keep]
         self.dirty = True
+        if drained.size:
+            self._drained(drained)
 
+    # ---- congestion feedback -------------------------------------------------------------------
     def _poll(self) -> None:
         """The congestion feedback (module docstring): link and slot rates to the policy."""
         self.poll_pending = False
-        if not self.f_conn:
+        if not self.f_conn.size:
             return
         if self.dirty:
             self._update_rates()
         self.polls += 1
         load = np.zeros(len(self.links))
-        routed, paths = self._routed()
-        if routed:
-            np.add.at(load, np.concatenate(paths), np.repeat(self.rates[routed], [len(p) for p in paths]))
+        load[self.load[0]] = self.load[1]
         port_rates = {k: float(load[i]) for i, k in enumerate(self.egress_key) if k is not None}
+        per_conn = np.bincount(self.f_conn, weights=self.rates, minlength=len(self.conns))
         slot_rates: dict[tuple[str, str, int], float] = {}
         pol = self.policy
-        for f, c in enumerate(self.f_conn):
-            rate = float(self.rates[f])
-            if rate <= 0:
-                continue
-            dest = c.dst.switch
-            for node in self.nodes_of.get(c.id, ())[1:-2]:  # the switches before the destination's
+        for c in np.flatnonzero(per_conn > 0).tolist():
+            conn, rate = self.conns[c], float(per_conn[c])
+            dest = conn.dst.switch
+            for node in self.conn_nodes[c][1:-2]:  # the switches before the destination's
                 if pol.is_decision(node, dest):
-                    key = (node, dest, pol.entropy.slot(pol.tier(node), c.sport))
+                    key = (node, dest, pol.entropy.slot(pol.tier(node), conn.sport))
                     slot_rates[key] = slot_rates.get(key, 0.0) + rate
         moves = pol.on_loads(port_rates, slot_rates, self.now)
         if moves:
@@ -324,84 +470,28 @@ class _Run:
         self._reroute_all()
 
     # ---- the loop ------------------------------------------------------------------------------
-    def _routed(self) -> tuple[list[int], list[IntArray]]:
-        """The active flows that have a path, and their paths."""
-        flows = [f for f, links in enumerate(self.f_links) if links is not None]
-        return flows, [links for links in self.f_links if links is not None]
-
-    def _update_rates(self) -> None:
-        routed, paths = self._routed()
-        self.rates = np.zeros(len(self.f_conn))
-        if routed:
-            flow = np.repeat(np.arange(len(routed)), [len(p) for p in paths])
-            self.rates[routed] = max_min_rates(len(routed), flow, np.concatenate(paths), self.capacity_bps)
-            self.rate_updates += 1
-        self.dirty = False
-
-    def _record(self, until_s: float) -> None:
-        """Log the link loads from now until `until_s` (one interval)."""
-        routed, paths = self._routed()
-        if until_s <= self.now or not routed:
-            return
-        link = np.concatenate(paths)
-        weight = np.repeat(self.rates[routed], [len(p) for p in paths])
-        load = np.bincount(link, weights=weight, minlength=len(self.links)).astype(np.float64)
-        used = np.flatnonzero(load > 0).astype(np.intp)
-        if self.edges and self.edges[-1] != self.now:
-            self.ptr.append(self.ptr[-1])  # an idle gap: an interval with no load
-            self.edges.append(self.now)
-        if not self.edges:
-            self.edges.append(self.now)
-        self.edges.append(until_s)
-        self.load_link.append(used)
-        self.load_bps.append(load[used])
-        self.ptr.append(self.ptr[-1] + used.size)
-
-    def _advance(self, until_s: float) -> None:
-        if self.f_conn and until_s > self.now:
-            self._record(until_s)
-            dt = until_s - self.now
-            # never below 0: a flow whose end rounds to just before the event advanced to would
-            # otherwise be left owing -1e-9 bits, with a negative time to finish that is never reached
-            self.f_left_bits = [max(0.0, left - r * dt) for left, r in zip(self.f_left_bits, self.rates)]
-        self.now = until_s
-
-    def _finish_flows(self, done: list[int]) -> None:
-        drained = []
-        for f in done:
-            g = self.f_transfer[f]
-            self.parts_left[g] -= 1
-            if self.parts_left[g] == 0:
-                drained.append(g)
-        keep = sorted(set(range(len(self.f_conn))) - set(done))
-        self.f_conn = [self.f_conn[f] for f in keep]
-        self.f_transfer = [self.f_transfer[f] for f in keep]
-        self.f_left_bits = [self.f_left_bits[f] for f in keep]
-        self.f_links = [self.f_links[f] for f in keep]
-        self.rates = self.rates[keep]
-        self.dirty = True
-        for g in drained:
-            self._drained(g)
+    def _only_polls(self) -> bool:
+        """Nothing but polls is pending, and no flow moves: a poll cannot make a flow without a path move."""
+        return all(kind == 3 for _, _, kind, _ in self.heap)
 
     def run(self) -> FlowSimResult:
         while True:
             if self.dirty:
                 self._update_rates()
             next_event = self.heap[0][0] if self.heap else math.inf
-            done: list[int] = []
+            done = np.zeros(0, dtype=np.intp)
             step = math.inf
-            if self.f_conn:
+            if self.f_conn.size:
                 moving = self.rates > 0
                 if moving.any():
-                    left = np.asarray(self.f_left_bits)
-                    finish = np.full(len(self.f_conn), np.inf)
-                    finish[moving] = left[moving] / self.rates[moving]
+                    finish = np.full(self.f_conn.size, np.inf)
+                    finish[moving] = self.f_left_bits[moving] / self.rates[moving]
                     step = float(finish.min())
                     if self.now + step <= next_event:
-                        done = [int(f) for f in np.flatnonzero(finish <= step * (1 + END_TOL))]
+                        done = np.flatnonzero(finish <= step * (1 + END_TOL))
             if step == math.inf and (next_event == math.inf or self._only_polls()):
                 break  # nothing moves and nothing will happen: finished, or stalled
-            if done:
+            if done.size:
                 self._advance(self.now + step)
                 self._finish_flows(done)
                 continue
@@ -413,14 +503,10 @@ class _Run:
                 elif kind == 1:
                     self._start_job(payload)
                 elif kind == 2:
-                    self._deliver(payload)
+                    self._begin(self._deliver(self.batches.pop(payload)))
                 else:
                     self._poll()
         return self._result()
-
-    def _only_polls(self) -> bool:
-        """Nothing but polls is pending, and no flow moves: a poll cannot make a flow without a path move."""
-        return all(kind == 3 for _, _, kind, _ in self.heap)
 
     def _result(self) -> FlowSimResult:
         return FlowSimResult(
