@@ -106,11 +106,15 @@ class ControllerProcess:
             return "(no controller log)"
 
     def kill(self) -> None:
-        """SIGKILL the controller (for fault tests: the data plane must keep forwarding)."""
-        if self.alive() and self.proc is not None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-        self._release()
+        """SIGKILL the controller (for fault tests: the data plane must keep forwarding). A session's
+        supervisor may notice the death and start a new process at once: this waits for the process
+        it killed, never for that one, and leaves the new one's claim alone."""
+        proc, claim = self.proc, self._claim
+        if proc is not None and proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        if claim is not None and self._claim is claim:
+            self._release()
 
     def _release(self) -> None:
         if self._claim is not None:
