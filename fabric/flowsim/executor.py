@@ -375,9 +375,11 @@ class _Run:
     def _update_rates(self) -> None:
         order = np.argsort(self.f_conn, kind="stable")
         key = (self.route_version, self.f_conn[order].tobytes())
-        hit = self.memo.get(key)
-        if hit is None:
-            sorted_rates = np.zeros(len(order))
+        found = self.memo.get(key)
+        if found is not None:
+            hit = found
+        else:
+            sorted_rates: FloatArray = np.zeros(len(order))
             routed = order[self.conn_hops[self.f_conn[order]] > 0]
             pos = np.flatnonzero(self.conn_hops[self.f_conn[order]] > 0)
             if routed.size:
@@ -385,8 +387,9 @@ class _Run:
                 sorted_rates[pos] = max_min_rates(routed.size, flow, link, self.capacity_bps)
                 self.rate_updates += 1
                 load = np.bincount(link, weights=sorted_rates[pos][flow], minlength=len(self.links))
-                used = np.flatnonzero(load > 0).astype(np.intp)
-                hit = (sorted_rates, used, load[used])
+                used: IntArray = np.flatnonzero(load > 0).astype(np.intp)
+                used_bps: FloatArray = np.asarray(load[used], dtype=np.float64)
+                hit = (sorted_rates, used, used_bps)
             else:
                 hit = (sorted_rates, np.zeros(0, dtype=np.intp), np.zeros(0))
             if self.memo_flows + len(order) > RATE_MEMO_FLOWS:
