@@ -22,6 +22,7 @@ Any FabriclabError becomes a one-line message and exit code 2; a failed check ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import ipaddress
 import json
@@ -29,6 +30,7 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +218,47 @@ def _replay_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
     return list(zip(topologies, routings))
 
 
+def _trace(args: argparse.Namespace) -> tuple[str, str]:
+    """The trace to run (the built-in recording by default) and its label."""
+    from traffic.traces import BUILTIN_TRACE
+
+    return (args.trace, args.trace) if args.trace else (str(BUILTIN_TRACE), f"builtin ({BUILTIN_TRACE.name})")
+
+
+def _sim_options(args: argparse.Namespace) -> Any:
+    """The simulator's options from `--per-transfer-us`, `--per-hop-us` and `--poll-ms` (`_sim_args`)."""
+    from fabric.flowsim import SimOptions
+
+    if args.per_transfer_us < 0 or args.per_hop_us < 0:
+        raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
+                             f"and {args.per_hop_us:g}")
+    if not args.poll_ms >= 0:
+        raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
+    return SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
+                      poll_s=args.poll_ms / 1e3)
+
+
+@contextlib.contextmanager
+def _progress_bar(quiet: bool, unit: str, desc: str) -> Iterator[Callable[[int, int], None]]:
+    """A progress callback (done, total) drawing a tqdm bar on a terminal's stderr; silent otherwise."""
+    bar = None
+    if not quiet and sys.stderr.isatty():
+        from tqdm import tqdm
+
+        bar = tqdm(total=0, unit=unit, desc=desc, leave=False)
+
+    def progress(n: int, total: int) -> None:
+        if bar is not None:
+            bar.total = total
+            bar.update(n - bar.n)
+
+    try:
+        yield progress
+    finally:
+        if bar is not None:
+            bar.close()
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     return _run_workload(args, "emulation")
 
@@ -229,33 +272,25 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     a report per run and, for two, the comparison."""
     from traffic import report
     from traffic.replay import ReplayOptions
-    from traffic.traces import BUILTIN_TRACE, load
+    from traffic.traces import load
 
-    trace = args.trace or str(BUILTIN_TRACE)
-    label = trace if args.trace else f"builtin ({BUILTIN_TRACE.name})"
+    trace, label = _trace(args)
     workload = load(trace, compute_gap_us=args.compute_gap_us)
     pairs = _replay_pairs(args)
     fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
     ranks = args.ranks
     if ranks is None and not args.trace:
         ranks = 16  # the built-in 4-rank recording, mapped onto every host of the 16-host fabrics
-    common = dict(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
-                  repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0)
+    common = {"ranks": ranks, "placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
+              "repeat": args.repeat, "compute_gap_us": args.compute_gap_us or 0.0}
     if backend == "emulation":
         opts = ReplayOptions(**common, mbps_per_gbps=args.mbps_per_gbps, dilation=args.dilation,  # type: ignore[arg-type]
                              compute="slept" if args.sleep_compute else "composed")
     else:
-        from fabric.flowsim import SimOptions
         from traffic.replay.simulate import parse_link_event
 
         opts = ReplayOptions(**common)  # type: ignore[arg-type]
-        if args.per_transfer_us < 0 or args.per_hop_us < 0:
-            raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
-                                 f"and {args.per_hop_us:g}")
-        if not args.poll_ms >= 0:
-            raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
-        sim_opts = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
-                              poll_s=args.poll_ms / 1e3)
+        sim_opts = _sim_options(args)
         link_events = {fab.name: [parse_link_event(t, fab, up) for up, texts in ((False, args.link_down or []),
                                                                                    (True, args.link_up or []))
                                   for t in texts] for fab, _ in fabrics}
@@ -269,7 +304,11 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         sub = out / f"{fab.name}-{routing.replace(':', '_').replace('/', '_')}" if len(fabrics) > 1 else out
         log(f"[fabriclab] {verb} {label} on {fab.name} ({routing})")
         if backend == "emulation":
-            result = _replay_with_bar(workload, label, fab, routing, run_opts, sub, args.json, log)
+            from fabriclab.replay import replay_on_emulation
+
+            with _progress_bar(args.json, "coll", f"{fab.name} {routing}") as progress:
+                result = replay_on_emulation(workload, label, fab, routing, run_opts, sub, progress=progress,
+                                             log=lambda msg: log(f"[fabriclab] {msg}"))
         else:
             from traffic.replay.simulate import simulate_replay
 
@@ -294,36 +333,10 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     return 0
 
 
-def _replay_with_bar(workload: Any, label: str, fab: Any, routing: str, run_opts: Any, sub: Path, quiet: bool,
-                     log: Any) -> Any:
-    from fabriclab.replay import replay_on_emulation
-
-    bar = None
-    if not quiet and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=0, unit="coll", desc=f"{fab.name} {routing}", leave=False)
-
-    def progress(n: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.update(n - bar.n)
-
-    try:
-        return replay_on_emulation(workload, label, fab, routing, run_opts, sub, progress=progress,
-                                   log=lambda msg: log(f"[fabriclab] {msg}"))
-    finally:
-        if bar is not None:
-            bar.close()
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
-    from fabric.flowsim import SimOptions
     from fabriclab import compare as cmp
-    from traffic.traces import BUILTIN_TRACE
 
-    trace = args.trace or str(BUILTIN_TRACE)
-    label = trace if args.trace else f"builtin ({BUILTIN_TRACE.name})"
+    trace, label = _trace(args)
     if args.topology:
         pairs = _replay_pairs(args)
         series = [cmp.Series(t, r) for t, r in pairs]
@@ -331,37 +344,17 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.routing:
             raise FabriclabError("--routing needs --topology (one per topology)")
         series = list(cmp.DEFAULT_SERIES)
-    if args.per_transfer_us < 0 or args.per_hop_us < 0:
-        raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
-                             f"and {args.per_hop_us:g}")
+    sim = _sim_options(args)
     if args.jobs is not None and args.jobs < 1:
         raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
     options: dict[str, Any] = {"placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
                                "repeat": args.repeat, "seed": args.seed, "compute_gap_us": args.compute_gap_us or 0.0}
     if args.ports != "auto":
         options["ports"] = args.ports
-    if not args.poll_ms >= 0:
-        raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
-    sim = SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
-                     poll_s=args.poll_ms / 1e3)
-    bar = None
-    if not args.json and sys.stderr.isatty():
-        from tqdm import tqdm
-
-        bar = tqdm(total=0, unit="config", desc="compare", leave=False)
-
-    def progress(n: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.update(n - bar.n)
-
     t0 = time.monotonic()
-    try:
+    with _progress_bar(args.json, "config", "compare") as progress:
         rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
                            cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs, progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
     seed = cmp.seed_check(rows)
     meta = {"trace": label, "series": [dataclasses.asdict(s) for s in series], "sizes": sorted(set(args.sizes)),
             "options": options, "sim": dataclasses.asdict(sim), "wall_s": time.monotonic() - t0}
@@ -441,6 +434,17 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
 
 
+def _sim_args(p: argparse.ArgumentParser) -> None:
+    """The simulator's own arguments (`sim` and `compare`; read by `_sim_options`)."""
+    p.add_argument("--per-transfer-us", type=float, default=0.0,
+                   help="fixed overhead per point-to-point transfer, real microseconds (default 0)")
+    p.add_argument("--per-hop-us", type=float, default=0.0,
+                   help="latency per link of a transfer's path, real microseconds (default 0)")
+    p.add_argument("--poll-ms", type=float, default=10.0,
+                   help="congestion feedback: the routing policy sees link and slot rates every this many "
+                        "simulated ms, as the controller polls its counters (default 10; 0: never)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fabriclab", description="A lab for AI-training cluster networks.")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -493,13 +497,7 @@ def build_parser() -> argparse.ArgumentParser:
     sm = sub.add_parser("sim", help="run a trace's collectives on the flow-level simulator (no root; any size), "
                                     "with the same plan, routing and report as replay")
     _workload_args(sm, "results/sim")
-    sm.add_argument("--per-transfer-us", type=float, default=0.0,
-                    help="fixed overhead per point-to-point transfer, real microseconds (default 0)")
-    sm.add_argument("--per-hop-us", type=float, default=0.0,
-                    help="latency per link of a transfer's path, real microseconds (default 0)")
-    sm.add_argument("--poll-ms", type=float, default=10.0,
-                    help="congestion feedback: the routing policy sees link and slot rates every this many "
-                         "simulated ms, as the controller polls its counters (default 10; 0: never)")
+    _sim_args(sm)
     sm.add_argument("--link-down", action="append", metavar="SWITCH:PORT@US",
                     help="take a link down at a real time (microseconds since the first collective); repeatable")
     sm.add_argument("--link-up", action="append", metavar="SWITCH:PORT@US",
@@ -526,11 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times")
     cp.add_argument("--compute-gap-us", type=float, default=None,
                     help="compute before each collective, for traces without timings")
-    cp.add_argument("--per-transfer-us", type=float, default=0.0, help="overhead per transfer (default 0)")
-    cp.add_argument("--per-hop-us", type=float, default=0.0, help="latency per link of a path (default 0)")
-    cp.add_argument("--poll-ms", type=float, default=10.0,
-                    help="congestion feedback: the routing policy sees link and slot rates every this many "
-                         "simulated ms, as the controller polls its counters (default 10; 0: never)")
+    _sim_args(cp)
     cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores)")
     cp.add_argument("--cache", default="results/compare/cache",
                     help="where rows are cached by content (default results/compare/cache)")
