@@ -34,10 +34,11 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fabric import topofile
 from fabric.errors import FabriclabError
@@ -167,7 +168,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     """Every series at every size (module docstring); rows ordered by series, then size. `options`:
     `ReplayOptions` fields (placement, algorithm, channels, repeat, ports, seed, compute_gap_us);
     `ports` defaults per row to planned under adaptive routing and hashed otherwise."""
-    sizes = sorted(set(int(n) for n in sizes))
+    sizes = sorted({int(n) for n in sizes})
     if not sizes or sizes[0] < 2:
         raise CompareError(f"sizes must be >= 2 GPUs, got {list(sizes)}")
     if not series:

@@ -41,6 +41,7 @@ time. Rates are in bits per second, times in seconds.
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -264,7 +265,7 @@ class _Run:
             conn = self.conns[c]
             nodes = self.policy.path(conn.src, conn.dst, conn.sport)
             self.conn_nodes[c] = nodes or ()
-            rows.append((c, [] if nodes is None else [self.link_id[(u, v)] for u, v in zip(nodes, nodes[1:])]))
+            rows.append((c, [] if nodes is None else [self.link_id[(u, v)] for u, v in itertools.pairwise(nodes)]))
         need = max(len(r) for _, r in rows)
         if need > self.width:
             pad = np.full((len(self.conns), need - self.width), -1, dtype=np.intp)

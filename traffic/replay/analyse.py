@@ -110,18 +110,25 @@ def link_series(plan: ReplayPlan, raw: RawRun) -> tuple[float, list[LinkSeries]]
     return interval, out
 
 
-def fidelity(raw: RawRun, links: list[LinkSeries], interval_s: float) -> Fidelity:
-    warnings = []
-    cpu_bound = raw.cpu_idle_share < CPU_BOUND_IDLE_SHARE
+def busiest_links(links: list[LinkSeries], interval_s: float, bound_share: float) -> list[dict[str, Any]]:
+    """The 8 links that carried the most: their delivered rate while busy (> BUSY_UTIL) against
+    `bound_share` x capacity."""
     rows: list[dict[str, Any]] = []
     for l in sorted(links, key=lambda x: -x.emu_bytes)[:8]:
         busy = [u for u in l.util if u > BUSY_UTIL]
         if not busy:
             continue
         delivered = l.emu_bytes * 8 / (len(busy) * interval_s) if interval_s > 0 else 0.0
-        bound = l.capacity_bps * GOODPUT_SHARE
+        bound = l.capacity_bps * bound_share
         rows.append({"link": l.name, "tier": l.tier, "delivered_bps": delivered, "bound_bps": bound,
                      "ratio": delivered / bound if bound else 0.0})
+    return rows
+
+
+def fidelity(raw: RawRun, links: list[LinkSeries], interval_s: float) -> Fidelity:
+    warnings = []
+    cpu_bound = raw.cpu_idle_share < CPU_BOUND_IDLE_SHARE
+    rows = busiest_links(links, interval_s, GOODPUT_SHARE)
     if cpu_bound:
         warnings.append(f"CPU-bound: the machine was {raw.cpu_idle_share:.1%} idle during the replay; the emulated "
                         "datapath may have lagged its link rates, so times are upper bounds")

@@ -19,15 +19,16 @@ policy's reroutes as controller events. What the simulator models and does not i
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, simulate
 from fabric.model import Fabric
 from fabric.routing import PathTable, RoutingPolicy, load_policy
-from traffic.replay.analyse import collective_results, step_results
+from traffic.replay.analyse import busiest_links, collective_results, step_results
 from traffic.replay.driver import CallTiming, RawRun
 from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
 from traffic.results import Fidelity, LinkSeries, RunMeta, RunResult
@@ -138,7 +139,7 @@ def ecmp_collisions(plan: ReplayPlan, policy: RoutingPolicy) -> dict[str, int]:
         nodes = policy.path(src, dst, c.sport)
         if nodes is None:
             continue
-        for u, v in zip(nodes, nodes[1:]):
+        for u, v in itertools.pairwise(nodes):
             if u not in fab.switch_by_name:
                 continue
             ports = tuple(sorted(policy.table.ecmp_ports(u, dst.switch)))
@@ -187,19 +188,11 @@ def link_series(fabric: Fabric, res: FlowSimResult, bins: int = LINK_BINS) -> tu
             util = tuple(float(u) for u in np.clip(bits[:, i] / (cap * interval), 0.0, None))
             tier = "host" if other.node in fabric.host_by_name else "fabric"
             out.append(LinkSeries(end_.node, end_.port, other.node, cap, tier, fabric.switch_by_name[end_.node].plane,
-                                  int(round(bits[:, i].sum() / 8)), util))
+                                  round(bits[:, i].sum() / 8), util))
     return interval, out
 
 
 def _fidelity(links: list[LinkSeries], interval_s: float) -> Fidelity:
     """The simulator runs no datapath: nothing is CPU-bound. The busiest links' delivered rate while busy
     is shown against their capacity (the fluid model's bound; no packet overheads)."""
-    rows: list[dict[str, Any]] = []
-    for l in sorted(links, key=lambda x: -x.emu_bytes)[:8]:
-        busy = [u for u in l.util if u > 0.05]
-        if not busy or not interval_s > 0:
-            continue
-        delivered = l.emu_bytes * 8 / (len(busy) * interval_s)
-        rows.append({"link": l.name, "tier": l.tier, "delivered_bps": delivered, "bound_bps": l.capacity_bps,
-                     "ratio": delivered / l.capacity_bps})
-    return Fidelity(1.0, False, tuple(rows), ())
+    return Fidelity(1.0, False, tuple(busiest_links(links, interval_s, 1.0)), ())
