@@ -7,8 +7,12 @@ Each (topology, hosts) runs in a fresh process, so its peak memory is its own. T
 - set-up, timed apart: the fabric built at that size (`fabric.topofile.scaled`), its path table and
   routing policy (ecmp; planned source ports), with the process's peak resident memory after it;
 - one step: an all-reduce of `--size-mb` MB over every GPU (one per host; `--algorithm`, as the
-  replay's collectives schedule it), run by `fabric.flowsim.simulate`: wall time, peak memory, the
-  number of flows and of max-min rate computations, and the simulated time;
+  replay's collectives schedule it, built as arrays by `traffic.collectives.schedule_columns` and
+  timed apart), run by `fabric.flowsim.simulate`: wall time, peak memory, the number of transfers
+  and of max-min rate computations, the events, and the simulated time. Above `--flat-ring-max`
+  hosts a flat ring is not run (16,384 ranks: 5.4e8 transfers, 2(n-1) = 32,766 steps of 6 kB for
+  100 MB, latency-bound, which NCCL does not run either): the ring's hierarchical form is, rings
+  inside each leaf's hosts and rings across leaves (`hierarchical`), and the row says so;
 - the rate computation alone, on the flow sets of the step's first `--ratio-samples` rate
   computations: the vectorised progressive filling (`max_min_rates`) against the same algorithm in
   plain Python (`max_min_rates_reference`: a correct, straightforward implementation, lists and loops,
@@ -34,7 +38,8 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_samples: int) -> dict[str, Any]:
+def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_samples: int,
+        flat_ring_max: int) -> dict[str, Any]:
     import numpy as np
 
     from fabric import topofile
@@ -54,7 +59,11 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     leaf_of = {h.name: min(n.switch for n in fab.nics_of[h.name]) for h in fab.hosts}
     placement = Placement(tuple(hosts_of))
     groups = collectives.groups_by(placement, lambda h: leaf_of[h])
-    dag = collectives.schedule("all_reduce", size_bytes, ranks, algorithm, groups=groups)
+    if algorithm == "ring" and hosts > flat_ring_max:
+        algorithm = "hierarchical"
+    t1 = time.perf_counter()
+    dag = collectives.schedule_columns("all_reduce", size_bytes, ranks, algorithm, groups=groups)
+    build_s = time.perf_counter() - t1
 
     samples: list[tuple[int, Any, Any, Any]] = []
     real = executor.max_min_rates
@@ -85,7 +94,8 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
         ref_s += time.perf_counter() - a
         worst = max(worst, float(np.max(np.abs(fast - np.asarray(slow)) / np.maximum(1.0, np.asarray(slow)))))
     return {"topology": topology, "fabric": fab.name, "hosts": hosts, "algorithm": algorithm,
-            "size_bytes": size_bytes, "transfers": len(dag), "setup_s": setup_s, "setup_peak_mb": setup_mb,
+            "size_bytes": size_bytes, "transfers": len(dag), "dag_build_s": build_s, "events": len(res.edges_s),
+            "setup_s": setup_s, "setup_peak_mb": setup_mb,
             "step_s": step_s, "peak_mb": peak_rss_mb(), "rate_updates": res.rate_updates,
             "simulated_s": float(res.job_time_s[0]), "ratio_samples": len(samples),
             "flows_per_sample": sum(s[0] for s in samples) / max(1, len(samples)),
@@ -101,19 +111,23 @@ def main() -> int:
     ap.add_argument("--algorithm", default="ring")
     ap.add_argument("--size-mb", type=float, default=100.0, help="the all-reduce's size (default 100 MB)")
     ap.add_argument("--ratio-samples", type=int, default=20)
+    ap.add_argument("--flat-ring-max", type=int, default=4096,
+                    help="above this many hosts --algorithm ring runs as hierarchical (default 4096)")
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="per configuration")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--one", nargs=2, metavar=("TOPOLOGY", "HOSTS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     size = int(args.size_mb * 1e6)
     if args.one:
-        print(json.dumps(one(args.one[0], int(args.one[1]), args.algorithm, size, args.ratio_samples)))
+        print(json.dumps(one(args.one[0], int(args.one[1]), args.algorithm, size, args.ratio_samples,
+                             args.flat_ring_max)))
         return 0
     rows = []
     for topology in args.topology:
         for hosts in args.hosts:
             cmd = [sys.executable, __file__, "--one", topology, str(hosts), "--algorithm", args.algorithm,
-                   "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples)]
+                   "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples),
+                   "--flat-ring-max", str(args.flat_ring_max)]
             try:
                 out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
             except subprocess.TimeoutExpired:
@@ -128,7 +142,8 @@ def main() -> int:
             r = json.loads(out.stdout)
             rows.append(r)
             print(f"{r['fabric']:>18} {r['algorithm']}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB); "
-                  f"one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, {r['transfers']} transfers, "
+                  f"DAG built in {r['dag_build_s']:.1f} s; one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, "
+                  f"{r['transfers']} transfers, {r['events']} events, "
                   f"{r['rate_updates']} rate computations, simulated {r['simulated_s'] * 1e3:.2f} ms; rate "
                   f"computation on {r['ratio_samples']} samples of {r['flows_per_sample']:.0f} flows: vectorised "
                   f"{r['vectorised_s'] * 1e3:.1f} ms, pure-Python reference {r['reference_s'] * 1e3:.1f} ms "

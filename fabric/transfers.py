@@ -7,6 +7,12 @@ a separate placement (`Placement`), so one schedule can be placed on any fabric.
 
 Transfers are stored in a topological order: every dependency of transfer `i` has an index below
 `i`. A transfer may start once all of its dependencies have been delivered in full.
+
+Two forms of one DAG: `TransferDag`, a tuple of `Transfer` objects (what the replay walks), and
+`TransferColumns`, the same as arrays (a column per field, dependencies in compressed rows), which
+the simulator executes and which large collectives are built as directly (a ring all-reduce over
+1024 ranks is 2 million transfers: objects cost seconds and hundreds of MB there, columns a few
+tens of MB). `TransferDag.columns` converts; `TransferColumns.to_dag` converts back.
 """
 from __future__ import annotations
 
@@ -14,7 +20,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
+import numpy.typing as npt
+
 from fabric.errors import FabriclabError
+
+IntColumn = npt.NDArray[np.int64]
 
 
 class TransferError(FabriclabError):
@@ -80,6 +91,100 @@ class TransferDag:
 
     def phases(self) -> int:
         return 1 + max((t.phase for t in self.transfers), default=-1)
+
+    @cached_property
+    def columns(self) -> TransferColumns:
+        """The same DAG as arrays."""
+        ts = self.transfers
+        counts = np.fromiter((len(t.deps) for t in ts), dtype=np.int64, count=len(ts))
+        return TransferColumns(
+            src=np.fromiter((t.src for t in ts), dtype=np.int64, count=len(ts)),
+            dst=np.fromiter((t.dst for t in ts), dtype=np.int64, count=len(ts)),
+            size_bytes=np.fromiter((t.size_bytes for t in ts), dtype=np.int64, count=len(ts)),
+            phase=np.fromiter((t.phase for t in ts), dtype=np.int64, count=len(ts)),
+            dep_ptr=np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)]),
+            dep=np.fromiter((d for t in ts for d in t.deps), dtype=np.int64, count=int(counts.sum())),
+            ranks=self.ranks, label=self.label, checked=True)
+
+
+@dataclass(frozen=True, eq=False)
+class TransferColumns:
+    """A transfer DAG as arrays: transfer i sends `size_bytes[i]` from rank `src[i]` to rank `dst[i]`
+    in step `phase[i]`, after the transfers `dep[dep_ptr[i]:dep_ptr[i + 1]]` (ascending, each below
+    i). Checked as `TransferDag` checks, on the arrays (`checked`: already checked by its maker)."""
+
+    src: IntColumn
+    dst: IntColumn
+    size_bytes: IntColumn
+    phase: IntColumn
+    dep_ptr: IntColumn
+    dep: IntColumn
+    ranks: tuple[int, ...]
+    label: str = ""
+    checked: bool = False
+
+    def __post_init__(self) -> None:
+        if self.checked:
+            return
+        what = self.label or "transfer DAG"
+        n = self.src.size
+        if len(set(self.ranks)) != len(self.ranks):
+            raise TransferError(f"{what}: duplicate ranks in {self.ranks}")
+        if not (self.dst.size == self.size_bytes.size == self.phase.size == n and self.dep_ptr.size == n + 1
+                and self.dep_ptr[0] == 0 and self.dep_ptr[-1] == self.dep.size
+                and bool(np.all(np.diff(self.dep_ptr) >= 0))):
+            raise TransferError(f"{what}: columns of different lengths")
+
+        def where(i: int) -> str:
+            return f"{what}: transfer {i} ({int(self.src[i])} -> {int(self.dst[i])})"
+
+        members = np.asarray(sorted(self.ranks), dtype=np.int64)
+        for col in (self.src, self.dst):
+            pos = np.clip(np.searchsorted(members, col), 0, max(0, members.size - 1))
+            bad = np.flatnonzero(members[pos] != col) if members.size else np.arange(n)
+            if bad.size:
+                raise TransferError(f"{where(int(bad[0]))}: rank not in the DAG's ranks {self.ranks}")
+        for wrong, problem in ((self.src == self.dst, "a transfer needs two different ranks"),
+                               (self.size_bytes < 0, "size_bytes must be >= 0")):
+            if wrong.any():
+                raise TransferError(f"{where(int(np.flatnonzero(wrong)[0]))}: {problem}")
+        owner = np.repeat(np.arange(n), np.diff(self.dep_ptr))
+        bad = np.flatnonzero((self.dep < 0) | (self.dep >= owner))
+        if bad.size:
+            i = int(owner[bad[0]])
+            raise TransferError(f"{where(i)}: dependency {int(self.dep[bad[0]])} is not an earlier transfer")
+
+    def __len__(self) -> int:
+        return int(self.src.size)
+
+    @cached_property
+    def total_bytes(self) -> int:
+        return int(self.size_bytes.sum())
+
+    def phases(self) -> int:
+        return 1 + int(self.phase.max()) if self.src.size else 0
+
+    def deps_of(self, i: int) -> tuple[int, ...]:
+        return tuple(self.dep[self.dep_ptr[i]:self.dep_ptr[i + 1]].tolist())
+
+    def successors(self) -> tuple[IntColumn, IntColumn]:
+        """(ptr, succ): transfer i's dependents are succ[ptr[i]:ptr[i + 1]], ascending."""
+        n = self.src.size
+        owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.dep_ptr))
+        order = np.argsort(self.dep, kind="stable")
+        ptr = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(np.bincount(self.dep, minlength=n))])
+        return ptr, owner[order]
+
+    def to_dag(self) -> TransferDag:
+        deps = np.split(self.dep, self.dep_ptr[1:-1]) if self.src.size else []
+        return TransferDag(tuple(Transfer(int(a), int(b), int(c), tuple(d.tolist()), int(p)) for a, b, c, d, p in
+                                 zip(self.src, self.dst, self.size_bytes, deps, self.phase)), self.ranks, self.label)
+
+    def same_as(self, other: TransferColumns) -> bool:
+        """Equal transfer for transfer (fields and dependencies), ranks and label."""
+        return (self.ranks == other.ranks and self.label == other.label
+                and all(np.array_equal(getattr(self, f), getattr(other, f))
+                        for f in ("src", "dst", "size_bytes", "phase", "dep_ptr", "dep")))
 
 
 @dataclass(frozen=True)

@@ -413,3 +413,66 @@ def test_groups_by_leaf():
     leaf = {"h1": "leaf1", "h2": "leaf1", "h3": "leaf2", "h4": "leaf2"}
     assert groups_by(placement, leaf.__getitem__) == ((0, 1, 2, 3), (4, 5, 6, 7))
     assert groups_by(placement, lambda h: h) == ((0, 1), (2, 3), (4, 5), (6, 7))
+
+
+# --- the array form -----------------------------------------------------------------------------------
+
+def _shuffled(n: int, seed: int) -> list[int]:
+    import random
+    ranks = list(range(100, 100 + n))
+    random.Random(seed).shuffle(ranks)
+    return ranks
+
+
+@pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather"])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])
+def test_ring_columns_are_the_object_schedule_transfer_for_transfer(kind, n):
+    # the object builder (`schedule`) is checked by hand above; the array builder must give the same
+    # DAG: same order, sizes, phases and dependencies, for any rank order and uneven sizes
+    from traffic.collectives import schedule_columns
+    for size in (0, 1, n + 1, 1_000_003):
+        ranks = _shuffled(n, size)
+        assert schedule_columns(kind, size, ranks, "ring").same_as(schedule(kind, size, ranks, "ring").columns)
+
+
+@pytest.mark.parametrize("g, m", [(2, 2), (2, 4), (3, 3), (4, 2), (5, 3), (1, 4), (4, 1)])
+def test_hierarchical_columns_are_the_object_schedule(g, m):
+    from traffic.collectives import schedule_columns
+    ranks = _shuffled(g * m, g * 10 + m)
+    groups = [ranks[i::g] for i in range(g)]  # interleaved groups: members far apart in rank order
+    for size in (0, 7, 999_983):
+        want = schedule("all_reduce", size, ranks, "hierarchical", groups=groups).columns
+        assert schedule_columns("all_reduce", size, ranks, "hierarchical", groups=groups).same_as(want)
+
+
+def test_columns_round_trip_and_the_other_algorithms_convert():
+    from traffic.collectives import schedule_columns
+    for kind, algo in (("all_reduce", "tree"), ("all_reduce", "halving_doubling"), ("all_to_all", "pairwise")):
+        dag = schedule(kind, 4096, list(range(6)), algo)
+        cols = schedule_columns(kind, 4096, list(range(6)), algo)
+        assert cols.same_as(dag.columns)
+        assert cols.to_dag() == dag
+        assert cols.total_bytes == dag.total_bytes and cols.phases() == dag.phases()
+
+
+def test_columns_are_checked_like_the_dag():
+    import numpy as np
+
+    from fabric.transfers import TransferColumns
+    good = schedule("all_reduce", 1000, [0, 1, 2], "ring").columns
+
+    def with_(**change):
+        fields = {f: getattr(good, f) for f in ("src", "dst", "size_bytes", "phase", "dep_ptr", "dep")}
+        fields.update(change)
+        return TransferColumns(**fields, ranks=good.ranks, label="t")
+
+    with pytest.raises(TransferError, match="rank not in"):
+        with_(src=np.where(np.arange(len(good)) == 2, 7, good.src))
+    with pytest.raises(TransferError, match="two different ranks"):
+        with_(dst=good.src.copy())
+    with pytest.raises(TransferError, match="size_bytes must be >= 0"):
+        with_(size_bytes=good.size_bytes - 10_000)
+    with pytest.raises(TransferError, match="is not an earlier transfer"):
+        with_(dep=good.dep[::-1].copy())
+    with pytest.raises(TransferError, match="different lengths"):
+        with_(phase=good.phase[:-1])

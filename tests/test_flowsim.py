@@ -434,3 +434,36 @@ def test_congestion_feedback_moves_one_of_two_colliding_flows_and_both_finish_so
     rates = res.link_rate_bps()
     assert sorted(rates[0, up]) == pytest.approx([0.0, 100e9])  # before the move: one uplink for both
     assert max(rates[:, up].sum(axis=1)) == pytest.approx(200e9)  # after it: both uplinks full
+
+
+def test_the_array_form_of_a_dag_runs_as_the_object_form():
+    # the same ring, given as objects and as columns: the same times for every transfer
+    from traffic.collectives import schedule_columns
+    fab = topofile.load("pyramid-16")
+    ranks = list(range(16))[::-1]
+    jobs_obj = [Job(schedule("all_reduce", 3_000_001, ranks, "ring"), one_rank_per_host(fab, 16))]
+    jobs_col = [Job(schedule_columns("all_reduce", 3_000_001, ranks, "ring"), one_rank_per_host(fab, 16))]
+    _, a = run("pyramid-16", jobs_obj)
+    _, b = run("pyramid-16", jobs_col)
+    assert np.array_equal(a.transfer_end_s, b.transfer_end_s)
+    assert np.array_equal(a.transfer_start_s, b.transfer_start_s)
+
+
+def test_flows_ending_within_the_resolution_end_as_one_event():
+    # leaf-spine-16: h0 -> h1 and h2 -> h3 (all on leafA0), disjoint 400 G NIC links, each transfer two
+    # flows of 200 G (channels=2). Sizes S and S + 1 bytes: parts of S/2 bytes, and S/2 + 1 and S/2.
+    # When the S/2-byte flows end, the extra byte's flow has its NIC link to itself: 8 / 400e9 more.
+    fab = topofile.load("leaf-spine-16")
+    size = 10_000_000
+    dag = TransferDag((Transfer(0, 1, size), Transfer(2, 3, size + 1)), (0, 1, 2, 3))
+    place = one_rank_per_host(fab, 4)
+    exact_s = size // 2 * 8 / 200e9 + 8 / 400e9
+    _, fine = run("leaf-spine-16", [Job(dag, place)], options=SimOptions(resolution_s=0.0))
+    assert fine.job_time_s[0] == pytest.approx(exact_s, rel=1e-12)
+    assert len(fine.edges_s) == 3  # start, the S-byte transfer's end, the (S+1)-byte one's
+    _, coarse = run("leaf-spine-16", [Job(dag, place)])  # default: 1 ns
+    assert len(coarse.edges_s) == 2  # one end for both
+    assert coarse.job_time_s[0] == pytest.approx(size / 2 * 8 / 200e9, rel=1e-12)
+    assert abs(coarse.job_time_s[0] - exact_s) <= 1e-9
+    with pytest.raises(FlowSimError, match="resolution_s"):
+        SimOptions(resolution_s=-1.0).check()

@@ -160,3 +160,29 @@ def test_clos_and_pyramid_planes_have_no_detours(topo):
             assert t.detour_ports(sw.name, dest) == () and t.transit_ports(sw.name, dest) == ()
             assert t.route_ports(sw.name, dest) == t.ecmp_ports(sw.name, dest)
     assert all(len(t.ecmp_ports(*k)) > 1 for k in t.decisions)
+
+
+@pytest.mark.parametrize("topo, hosts", [("dual-plane-1024", 128), ("pyramid-1024", 128)])
+def test_next_hops_and_decision_points_match_networkx_at_scale(topo, hosts):
+    # the table computes distances on arrays and next hops per destination on first use; networkx's
+    # distances on the same fabric's switch graph say which ports lead one hop nearer
+    fab = topofile.scaled(topo, hosts)
+    table = PathTable(fab)
+    graph = nx.Graph()
+    graph.add_edges_from((l.a.node, l.b.node) for l in fab.links
+                         if l.a.node in fab.switch_by_name and l.b.node in fab.switch_by_name)
+    deciding = set()
+    for dest in table.edge_switches:
+        dist = nx.single_source_shortest_path_length(graph, dest)
+        for sw in fab.switches:
+            want = tuple(adj.port for adj in fab.adjacency[sw.name] if adj.peer in dist and sw.name in dist
+                         and dist[sw.name] > 0 and dist[adj.peer] == dist[sw.name] - 1)
+            assert table.ecmp_ports(sw.name, dest) == want, (sw.name, dest)
+            assert table.switch_hops(sw.name, dest) == dist.get(sw.name)
+            if len(want) > 1:
+                deciding.add((sw.name, dest))
+    assert set(table.decisions) == deciding  # Clos and pyramid planes: no detours
+    widest = {s: 0 for s in fab.switch_by_name}
+    for sw, dest in deciding:
+        widest[sw] = max(widest[sw], len(table.ecmp_ports(sw, dest)))
+    assert {s: w for s, w in table.widest_routes.items() if w > 1} == {s: w for s, w in widest.items() if w > 1}

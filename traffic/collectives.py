@@ -56,6 +56,10 @@ Algorithms (`ALGORITHMS`):
 - barrier `dissemination`: ceil(log2 n) rounds of 0-byte messages, q -> q + 2^k in round k, each
   after the message received in the round before.
 
+`schedule_columns` gives the same DAG as `TransferColumns` (arrays), built on arrays for the ring
+family (all_reduce `ring` and `hierarchical`, reduce_scatter and all_gather `ring`) and converted from
+`schedule` for the rest: the simulator's input at thousands of ranks, where objects do not fit.
+
 Placement (rank -> host) lives here too: `block_placement`, `placement_from_file`, and `groups_by`
 to build the hierarchical groups from it.
 """
@@ -68,7 +72,9 @@ from typing import Any
 
 import yaml
 
-from fabric.transfers import Placement, Transfer, TransferDag, TransferError, split_bytes
+import numpy as np
+
+from fabric.transfers import Placement, Transfer, TransferColumns, TransferDag, TransferError, split_bytes
 from traffic.workload import KINDS
 
 #: The algorithms per collective kind; the first is what "auto" picks (see `resolve_algorithm`).
@@ -374,6 +380,23 @@ def resolve_algorithm(kind: str, algorithm: str = "auto",
     return algorithm
 
 
+def _checked(kind: str, size_bytes: int, ranks: list[int], algorithm: str,
+             groups: Sequence[Sequence[int]] | None, pipeline_chunks: int
+             ) -> tuple[tuple[tuple[int, ...], ...] | None, str]:
+    """The arguments' checks shared by `schedule` and `schedule_columns`: (the groups restricted to
+    the ranks, the algorithm resolved)."""
+    if not ranks:
+        raise TransferError(f"{kind}: no ranks")
+    if len(set(ranks)) != len(ranks):
+        raise TransferError(f"{kind}: duplicate ranks in {ranks}")
+    if size_bytes < 0:
+        raise TransferError(f"{kind}: size_bytes must be >= 0, got {size_bytes}")
+    if pipeline_chunks < 1:
+        raise TransferError(f"pipeline_chunks must be >= 1, got {pipeline_chunks}")
+    local_groups = _restrict_groups(groups, ranks) if groups is not None else None
+    return local_groups, resolve_algorithm(kind, algorithm, local_groups)
+
+
 def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
              groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
              pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferDag:
@@ -385,16 +408,7 @@ def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = 
     `pipeline_chunks`: chunks per pipelined stream (tree halves, broadcast/reduce chain).
     """
     ranks = list(ranks)
-    if not ranks:
-        raise TransferError(f"{kind}: no ranks")
-    if len(set(ranks)) != len(ranks):
-        raise TransferError(f"{kind}: duplicate ranks in {ranks}")
-    if size_bytes < 0:
-        raise TransferError(f"{kind}: size_bytes must be >= 0, got {size_bytes}")
-    if pipeline_chunks < 1:
-        raise TransferError(f"pipeline_chunks must be >= 1, got {pipeline_chunks}")
-    local_groups = _restrict_groups(groups, ranks) if groups is not None else None
-    algo = resolve_algorithm(kind, algorithm, local_groups)
+    local_groups, algo = _checked(kind, size_bytes, ranks, algorithm, groups, pipeline_chunks)
     if root is not None and kind not in _ROOTED:
         raise TransferError(f"{kind} has no root (got root={root}); only {', '.join(_ROOTED)} have one")
     if root is not None and root not in ranks:
@@ -438,6 +452,120 @@ def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = 
         _dissemination_barrier(dag, ranks)
     label = f"{kind} {algo} {n} ranks {size_bytes} B"
     return TransferDag(tuple(dag.transfers), tuple(ranks), label)
+
+
+# --- the ring family on arrays ----------------------------------------------------------------------------
+
+class _Columns:
+    """Builds `TransferColumns` block by block, as `_Builder` does transfer by transfer: the same
+    order, the same dependencies (the in-order one per connection included)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.blocks: list[tuple[np.ndarray, ...]] = []
+        self._last_on: dict[tuple[int, int], int] = {}
+
+    def ring(self, ring: Sequence[int], chunks: Sequence[int], steps: int, phase0: int, ready: Ready,
+             shift: int) -> Ready:
+        """`_ring_steps` on arrays: `steps` steps; in step k position q sends chunk
+        (q - k - shift) mod n to q + 1 after its previous receive (step 0: after `ready`)."""
+        n = len(ring)
+        if steps < 1 or n < 2:
+            return {r: ready.get(r, ()) for r in ring}
+        base = self.n
+        members = np.asarray(ring, dtype=np.int64)
+        nxt = np.roll(members, -1)
+        k = np.repeat(np.arange(steps, dtype=np.int64), n)
+        q = np.tile(np.arange(n, dtype=np.int64), steps)
+        size = np.asarray(chunks, dtype=np.int64)[(q - k - shift) % n]
+        # dependencies: the receive before (from q - 1, a step earlier) and the send before on the
+        # same connection; at step 0, `ready` and the connection's last send before this block
+        first = [tuple(ready.get(r, ())) + ((self._last_on[(r, d)],) if (r, d) in self._last_on else ())
+                 for r, d in zip(ring, nxt.tolist())]
+        width = max(2, max(len(f) for f in first))
+        deps = np.full((steps * n, width), -1, dtype=np.int64)
+        for pos, f in enumerate(first):
+            deps[pos, :len(f)] = f
+        later = np.arange(n, steps * n)
+        deps[later, 0] = base + later - n - q[later] + (q[later] - 1) % n
+        deps[later, 1] = base + later - n
+        deps[later, 2:] = -1
+        self._add(np.tile(members, steps), np.tile(nxt, steps), size, phase0 + k, deps)
+        last = base + (steps - 1) * n
+        for pos, (r, d) in enumerate(zip(ring, nxt.tolist())):
+            self._last_on[(r, d)] = last + pos
+        return {int(nxt[pos]): (last + pos,) for pos in range(n)}
+
+    def _add(self, src: np.ndarray, dst: np.ndarray, size: np.ndarray, phase: np.ndarray,
+             deps: np.ndarray) -> None:
+        deps = np.sort(deps, axis=1)
+        keep = deps >= 0
+        keep[:, 1:] &= deps[:, 1:] != deps[:, :-1]  # each dependency once
+        self.blocks.append((src, dst, size, phase, keep.sum(axis=1), deps[keep]))
+        self.n += src.size
+
+    def done(self, ranks: Sequence[int], label: str) -> TransferColumns:
+        cols = list(zip(*self.blocks)) if self.blocks else [()] * 6
+        src, dst, size, phase, counts, dep = (np.concatenate([np.zeros(0, dtype=np.int64), *c]) for c in cols)
+        ptr = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
+        return TransferColumns(src, dst, size, phase, ptr, dep, tuple(ranks), label)
+
+
+def _ring_all_gather_columns(b: _Columns, ring: Sequence[int], chunks: Sequence[int], phase0: int,
+                             ready: Ready) -> Ready:
+    if len(ring) == 1:
+        return {r: ready.get(r, ()) for r in ring}
+    waits = b.ring(ring, chunks, len(ring) - 1, phase0, ready, shift=0)
+    return {r: tuple(sorted(set(ready.get(r, ())) | set(waits[r]))) for r in ring}
+
+
+def _ring_all_reduce_columns(b: _Columns, ring: Sequence[int], size_bytes: int, phase0: int,
+                             ready: Ready) -> Ready:
+    chunks = split_bytes(size_bytes, len(ring))
+    reduced = b.ring(ring, chunks, len(ring) - 1, phase0, ready, shift=1)
+    return _ring_all_gather_columns(b, ring, chunks, phase0 + len(ring) - 1, reduced)
+
+
+#: (kind, algorithm) pairs `schedule_columns` builds on arrays
+COLUMN_ALGORITHMS = frozenset({("all_reduce", "ring"), ("all_reduce", "hierarchical"),
+                               ("reduce_scatter", "ring"), ("all_gather", "ring")})
+
+
+def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
+                     groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
+                     pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferColumns:
+    """`schedule(...)` as `TransferColumns`, transfer for transfer the same; built on arrays for
+    `COLUMN_ALGORITHMS`, converted from `schedule` for the others."""
+    ranks = list(ranks)
+    local_groups, algo = _checked(kind, size_bytes, ranks, algorithm, groups, pipeline_chunks)
+    if (kind, algo) not in COLUMN_ALGORITHMS or root is not None:
+        return schedule(kind, size_bytes, ranks, algorithm, groups, root, pipeline_chunks=pipeline_chunks).columns
+    b = _Columns()
+    n = len(ranks)
+    if kind == "reduce_scatter":
+        b.ring(ranks, split_bytes(size_bytes, n), n - 1, 0, {}, shift=1)
+    elif kind == "all_gather":
+        _ring_all_gather_columns(b, ranks, split_bytes(size_bytes, n), 0, {})
+    elif algo == "ring":
+        _ring_all_reduce_columns(b, ranks, size_bytes, 0, {})
+    else:
+        if local_groups is None:
+            raise TransferError("hierarchical all_reduce needs groups (e.g. groups_by(placement, leaf))")
+        sizes = {len(g) for g in local_groups}
+        if len(sizes) != 1:
+            raise TransferError(f"hierarchical all_reduce needs groups of equal size, got sizes "
+                                f"{[len(g) for g in local_groups]}")
+        m, g = sizes.pop(), len(local_groups)
+        chunks = split_bytes(size_bytes, m)
+        ready: Ready = {}
+        for group in local_groups:
+            ready.update(b.ring(group, chunks, m - 1, 0, {}, shift=1))
+        for j in range(m):
+            column = [group[j] for group in local_groups]
+            ready.update(_ring_all_reduce_columns(b, column, chunks[j], m - 1, ready))
+        for group in local_groups:
+            _ring_all_gather_columns(b, group, chunks, m - 1 + 2 * (g - 1), ready)
+    return b.done(ranks, f"{kind} {algo} {n} ranks {size_bytes} B")
 
 
 # --- placement ------------------------------------------------------------------------------------------

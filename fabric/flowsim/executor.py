@@ -53,7 +53,7 @@ from fabric.flowsim.maxmin import FloatArray, FlowSimError, IntArray, max_min_ra
 from fabric.flowsim.result import DirectedLinkName, FlowSimResult
 from fabric.model import Fabric
 from fabric.routing.policy import RoutingPolicy
-from fabric.transfers import Placement, TransferDag
+from fabric.transfers import Placement, TransferColumns, TransferDag
 
 #: flows due to end within this share of the step are taken to end together with it
 END_TOL = 1e-9
@@ -63,13 +63,17 @@ RATE_MEMO_FLOWS = 4_000_000
 
 @dataclass(frozen=True)
 class Job:
-    """One transfer DAG on hosts, started at `start_s`, and not before every job in `after` (indexes
-    of earlier jobs in the same run) has completed."""
+    """One transfer DAG (either form) on hosts, started at `start_s`, and not before every job in
+    `after` (indexes of earlier jobs in the same run) has completed."""
 
-    dag: TransferDag
+    dag: TransferDag | TransferColumns
     placement: Placement
     start_s: float = 0.0
     after: tuple[int, ...] = ()
+
+    @property
+    def columns(self) -> TransferColumns:
+        return self.dag if isinstance(self.dag, TransferColumns) else self.dag.columns
 
 
 @dataclass(frozen=True)
@@ -93,11 +97,17 @@ class SimOptions:
     # rates of every switch egress link and every slot (as the controller's port and flow counters give
     # them) and may move slots; 0: never (a policy without a load reaction is never polled)
     poll_s: float = 0.0
+    # flows due to end within this long after the first to end are taken to end with it (their last
+    # bits are dropped): transfers of one step whose sizes differ by a byte end as one event, not as
+    # two that let the steps drift apart event by event; the error is at most this per event
+    resolution_s: float = 1e-9
 
     def check(self) -> None:
         if self.per_transfer_s < 0 or self.per_hop_s < 0:
             raise FlowSimError(f"overheads must be >= 0, got per_transfer_s={self.per_transfer_s}, "
                                f"per_hop_s={self.per_hop_s}")
+        if not (0 <= self.resolution_s <= 1e-3):
+            raise FlowSimError(f"resolution_s must be in [0, 1 ms], got {self.resolution_s}")
         if not (self.poll_s >= 0 and math.isfinite(self.poll_s)):
             raise FlowSimError(f"poll_s must be finite and >= 0, got {self.poll_s}")
 
@@ -135,42 +145,47 @@ class _Run:
         self.link_id = {l: i for i, l in enumerate(self.links)}
         host_index = {h.name: i for i, h in enumerate(fabric.hosts)}
         offsets: list[int] = []
-        src: list[int] = []
-        dst: list[int] = []
-        size: list[int] = []
-        job_of: list[int] = []
-        deps_left: list[int] = []
-        succ_ptr: list[int] = [0]
-        succ: list[int] = []
+        src: list[IntArray] = []
+        dst: list[IntArray] = []
+        size: list[IntArray] = []
+        job_of: list[IntArray] = []
+        deps_left: list[IntArray] = []
+        succ_count: list[IntArray] = []
+        succ: list[IntArray] = []
         n = 0
         for k, j in enumerate(jobs):
             if j.start_s < 0 or not math.isfinite(j.start_s):
                 raise FlowSimError(f"job {j.dag.label or k}: start_s must be finite and >= 0")
-            hosts = {}
-            for r in j.dag.ranks:
+            cols = j.columns
+            rank_host = np.full(max(cols.ranks, default=0) + 1, -1, dtype=np.intp)
+            for r in cols.ranks:
                 host = j.placement.host(r)
                 if host not in fabric.host_by_name:
                     raise FlowSimError(f"rank {r} is placed on {host!r}, not a host of fabric {fabric.name!r}")
-                hosts[r] = host_index[host]
+                rank_host[r] = host_index[host]
             offsets.append(n)
-            for t, nxt in zip(j.dag.transfers, j.dag.successors):
-                src.append(hosts[t.src])
-                dst.append(hosts[t.dst])
-                size.append(t.size_bytes)
-                job_of.append(k)
-                deps_left.append(len(t.deps))
-                succ.extend(n + x for x in nxt)
-                succ_ptr.append(len(succ))
-            n += len(j.dag)
+            src.append(rank_host[cols.src])
+            dst.append(rank_host[cols.dst])
+            size.append(cols.size_bytes)
+            job_of.append(np.full(len(cols), k, dtype=np.intp))
+            deps_left.append(np.diff(cols.dep_ptr))
+            ptr, nxt = cols.successors()
+            succ_count.append(np.diff(ptr))
+            succ.append(nxt + n)
+            n += len(cols)
         self.offsets = tuple(offsets)
         self.n = n
-        self.t_src = np.asarray(src, dtype=np.intp)
-        self.t_dst = np.asarray(dst, dtype=np.intp)
-        self.t_size = np.asarray(size, dtype=np.int64)
-        self.t_job = np.asarray(job_of, dtype=np.intp)
-        self.deps_left = np.asarray(deps_left, dtype=np.int64)
-        self.succ_ptr = np.asarray(succ_ptr, dtype=np.intp)
-        self.succ = np.asarray(succ, dtype=np.intp)
+
+        def joined(parts: list[IntArray], dtype: type) -> IntArray:
+            return np.concatenate([np.zeros(0, dtype=dtype), *parts]).astype(dtype, copy=False)
+
+        self.t_src = joined(src, np.intp)
+        self.t_dst = joined(dst, np.intp)
+        self.t_size = joined(size, np.int64)
+        self.t_job = joined(job_of, np.intp)
+        self.deps_left = joined(deps_left, np.int64)
+        self.succ_ptr = np.concatenate([np.zeros(1, dtype=np.intp), np.cumsum(joined(succ_count, np.intp))])
+        self.succ = joined(succ, np.intp)
         self.start_s = np.full(n, np.nan)
         self.end_s = np.full(n, np.nan)
         self.parts_left = np.zeros(n, dtype=np.int64)
@@ -492,7 +507,7 @@ class _Run:
                     finish[moving] = self.f_left_bits[moving] / self.rates[moving]
                     step = float(finish.min())
                     if self.now + step <= next_event:
-                        done = np.flatnonzero(finish <= step * (1 + END_TOL))
+                        done = np.flatnonzero(finish <= step + max(step * END_TOL, self.opts.resolution_s))
             if step == math.inf and (next_event == math.inf or self._only_polls()):
                 break  # nothing moves and nothing will happen: finished, or stalled
             if done.size:

@@ -101,9 +101,11 @@ def plan_entropy(table: PathTable) -> EntropyPlan:
     equal-cost ports and detours: `PathTable.route_ports`)."""
     fab = table.fabric
     widest: dict[int, int] = {}
-    for switch, dest in table.decisions:
-        tier = ROLE_TIER[fab.switch_by_name[switch].role]
-        widest[tier] = max(widest.get(tier, 0), len(table.route_ports(switch, dest)))
+    deciding = {switch for switch, _ in table.decisions}
+    for switch, fan_out in table.widest_routes.items():
+        if switch in deciding:
+            tier = ROLE_TIER[fab.switch_by_name[switch].role]
+            widest[tier] = max(widest.get(tier, 0), fan_out)
     fields: dict[int, tuple[int, int]] = {}
     shift = 0
     for tier in sorted(widest):

@@ -186,7 +186,7 @@ class RoutingPolicy:
         self._tier = {s.name: ROLE_TIER[s.role] for s in fab.switches}
         self._edge_index = {d: i for i, d in enumerate(table.edge_switches)}
         self._down: set[DirectedLink] = set()
-        self._mask = 0  # the same set, one bit per directed link (`_link_bit`); read it as `_down_mask`
+        self._mask = 0  # the same set, one bit per directed link (`_link_index`); read it as `_down_mask`
         # (switch, dest) -> equal-cost next-hop ports currently usable; read it as `_alive`
         self._live: dict[DecisionPoint, tuple[int, ...]] = {}
         for dest in table.edge_switches:
@@ -200,11 +200,19 @@ class RoutingPolicy:
         self._base: dict[DecisionPoint, tuple[int, ...]] = {}
         if self.multipath:
             same: dict[tuple[int, ...], tuple[int, ...]] = {}
+            # the default placement depends on the ports and the slot count only: one map per pair
+            by_ports: dict[tuple[tuple[int, ...], int], tuple[int, ...]] | None = \
+                {} if type(self).initial_port is RoutingPolicy.initial_port else None
             for sw, dest in table.decisions:
                 ports = table.ecmp_ports(sw, dest)
                 n = self.entropy.slots(self._tier[sw])
-                base = tuple(self.initial_port(sw, dest, s, ports) for s in range(n))
-                self._base[(sw, dest)] = same.setdefault(base, base)
+                found = by_ports.get((ports, n)) if by_ports is not None else None
+                if found is None:
+                    base = tuple(self.initial_port(sw, dest, s, ports) for s in range(n))
+                    found = same.setdefault(base, base)
+                    if by_ports is not None:
+                        by_ports[(ports, n)] = found
+                self._base[(sw, dest)] = found
         self._slot_maps: dict[DecisionPoint, tuple[int, ...]] = dict(self._base)  # read it as `_slots`
         # decision point -> slot -> the port an operator put it on (kept until released)
         self._pins: dict[DecisionPoint, dict[int, int]] = {}
@@ -219,7 +227,9 @@ class RoutingPolicy:
         # time); a link event's trigger is kept as (switch, port, up) and worded when asked for
         self._events: deque[tuple[float, str, str | tuple[str, int, bool], tuple[SlotMove, ...], float]] = \
             deque(maxlen=event_log_size)
-        self._link_bit = {link: 1 << i for i, link in enumerate(sorted(self._capacity_bps))}
+        # the bit of a directed link in the mask: 1 << its index (made when needed: a dict of the bits
+        # themselves would hold n integers of up to n bits)
+        self._link_index = {link: i for i, link in enumerate(sorted(self._capacity_bps))}
         # the down set is also kept as the xor of a random 64-bit number per down link (Zobrist
         # hashing): a memo key that costs nothing to hash, where the mask (thousands of bits) does
         rng = random.Random(0)
@@ -490,7 +500,7 @@ class RoutingPolicy:
                 raise RoutingError(f"{switch} port {port} is not a switch port of fabric {self.table.fabric.name!r}")
             peer = self.table.peer(switch, port)
             ends = ((switch, port), peer) if peer[0] in self.table.fabric.switch_by_name else ((switch, port),)
-            got = self._ends[(switch, port)] = (ends, sum(self._link_bit[e] for e in ends),
+            got = self._ends[(switch, port)] = (ends, sum(1 << self._link_index[e] for e in ends),
                                                 functools.reduce(operator.xor, (self._link_hash[e] for e in ends)))
         return got
 
