@@ -184,7 +184,9 @@ class _Run:
         self.offsets = tuple(offsets)
         self.n = n
 
-        def joined(parts: list[IntArray], dtype: type) -> IntArray:
+        def joined(parts: list[IntArray], dtype: type) -> IntArray:  # one job: its own arrays, no copy
+            if len(parts) == 1 and parts[0].dtype == dtype:
+                return parts[0]
             return np.concatenate([np.zeros(0, dtype=dtype), *parts]).astype(dtype, copy=False)
 
         self.t_src = joined(src, np.intp)
