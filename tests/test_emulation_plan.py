@@ -150,3 +150,17 @@ def test_a_flap_goes_down_and_up_n_times_on_schedule_and_ends_up():
     assert [e.describe() for e in events] == ["link spineA0:4 down", "link spineA0:4 up"] * 3
     with pytest.raises(EmulationError, match="times >= 1"):
         Faults(net).flap("spineA0", 4, times=0, within_s=1)
+
+
+def test_iperf_intervals_are_the_receivers_when_the_server_output_is_there():
+    # with --get-server-output the client's JSON holds the server's own intervals: bytes delivered,
+    # which the sender's (writes into its buffer) can overstate
+    def intervals(rates):
+        return "[" + ",".join(f'{{"sum": {{"end": {0.5 * (i + 1)}, "bits_per_second": {b}}}}}'
+                              for i, b in enumerate(rates)) + "]"
+    doc = ('{"intervals": ' + intervals([1e6, 2e6, 21e6, 21e6, 21e6]) + ', "end": {"sum_received": '
+           '{"bits_per_second": 18e6}}, "server_output_json": {"intervals": '
+           + intervals([1e6, 2e6, 18e6, 19e6, 17e6]) + "}}")
+    res = parse_iperf_json(doc, "h0 -> h1", warmup_s=1.0)
+    assert res.steady == [18.0, 19.0, 17.0]
+    assert res.steady_mbps == pytest.approx(18.0) and res.best_mbps == pytest.approx(19.0)

@@ -51,8 +51,12 @@ def parse_iperf_json(text: str, label: str, warmup_s: float) -> IperfResult:
         data = json.loads(text[text.index("{"):])
         end = data["end"]
         total = end.get("sum_received") or end["sum"]
+        # per-interval rates as the receiver counted them (`--get-server-output`: bytes delivered, not
+        # writes accepted into the sender's growing buffer), else as the sender did
+        server = data.get("server_output_json")
+        source = server["intervals"] if isinstance(server, dict) and server.get("intervals") else data["intervals"]
         intervals = tuple((float(i["sum"]["end"]), float(i["sum"]["bits_per_second"]) / 1e6)
-                          for i in data["intervals"] if not i["sum"].get("omitted"))
+                          for i in source if not i["sum"].get("omitted"))
         return IperfResult(float(total["bits_per_second"]) / 1e6, intervals, warmup_s)
     except (ValueError, KeyError, TypeError) as e:
         raise EmulationError(f"iperf3 {label} gave no result: {text.strip()[-300:]}") from e
@@ -85,9 +89,11 @@ class IperfRun:
 
 def start_iperf(hosts: Hosts, src: str, dst: str, plane: str, seconds: float, *, omit_s: float = 0.0,
                 cport: int | None = None, port: int = 5201, udp_mbps: float | None = None,
-                warmup_s: float = 1.0, interval_s: float = 0.5) -> IperfRun:
+                warmup_s: float = 1.0, interval_s: float = 0.5, write_bytes: int | None = None) -> IperfRun:
     """Start one iperf3 flow src -> dst over `plane` (TCP, or UDP at `udp_mbps`), from client port
-    `cport` if given (which fixes its ECMP path). The server is up (polled) before the client starts."""
+    `cport` if given (which fixes its ECMP path). The server is up (polled) before the client starts.
+    The client's per-interval rates count whole writes (`write_bytes`, iperf3's `-l`; its default
+    128 KiB): at a few Mbit/s a half-second interval is a handful of writes, so set it smaller there."""
     fab = hosts.fabric
     s_ip, d_ip = str(fab.nic(src, plane).ip), str(fab.nic(dst, plane).ip)
     server = hosts.popen(dst, ["iperf3", "-s", "-1", "-B", d_ip, "-p", str(port)])
@@ -105,9 +111,11 @@ def start_iperf(hosts: Hosts, src: str, dst: str, plane: str, seconds: float, *,
             server.wait(timeout=5)
         raise
     cmd = ["iperf3", "-c", d_ip, "-B", s_ip, "-p", str(port), "-t", f"{seconds:g}", "-O", f"{omit_s:g}", "-J",
-           "-i", f"{interval_s:g}"]
+           "-i", f"{interval_s:g}", "--get-server-output"]
     if cport is not None:
         cmd += ["--cport", str(cport)]
+    if write_bytes is not None:
+        cmd += ["-l", str(int(write_bytes))]
     if udp_mbps is not None:
         cmd += ["-u", "-b", f"{udp_mbps:g}M"]
     client = hosts.popen(src, cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
