@@ -94,7 +94,7 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
         ref_s += time.perf_counter() - a
         worst = max(worst, float(np.max(np.abs(fast - np.asarray(slow)) / np.maximum(1.0, np.asarray(slow)))))
     return {"topology": topology, "fabric": fab.name, "hosts": hosts, "algorithm": algorithm,
-            "size_bytes": size_bytes, "transfers": len(dag), "dag_build_s": build_s, "events": len(res.edges_s),
+            "size_bytes": size_bytes, "transfers": len(dag), "dag_build_s": build_s, "events": res.events,
             "setup_s": setup_s, "setup_peak_mb": setup_mb,
             "step_s": step_s, "peak_mb": peak_rss_mb(), "rate_updates": res.rate_updates,
             "simulated_s": float(res.job_time_s[0]), "ratio_samples": len(samples),

@@ -385,6 +385,72 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _emulated_runner(args: argparse.Namespace) -> Any:
+    """Run a workload on the emulation replay (`fabriclab.calibrate.EmulatedRun`), quietly or logged."""
+    from fabriclab.replay import replay_on_emulation
+
+    log = (lambda msg: None) if args.json else (lambda msg: print(f"[fabriclab] {msg}", file=sys.stderr))
+
+    def run(workload: Any, fabric: Any, routing: str, options: Any) -> Any:
+        return replay_on_emulation(workload, workload.source, fabric, routing, options, log=log)
+    return run
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from fabriclab import calibrate as cal_mod
+
+    fabrics = [(topofile.load(t), "adaptive") for t in (args.topology or ["dual-plane-16", "pyramid-16"])]
+    if args.dilation is not None and not args.dilation > 0:
+        raise FabriclabError(f"--dilation must be > 0, got {args.dilation:g}")
+    log = (lambda msg: None) if args.json else (lambda msg: print(f"[fabriclab] {msg}", file=sys.stderr))
+    cal = cal_mod.calibrate(fabrics, _emulated_runner(args), args.dilation or cal_mod.MICRO_DILATION, log=log)
+    cal.write(Path(args.out))
+    if args.json:
+        print(json.dumps(cal.to_dict(), indent=2))
+    else:
+        print(cal_mod.format_calibration(cal))
+        print(f"calibration  {args.out}")
+    return 0
+
+
+def cmd_crosscheck(args: argparse.Namespace) -> int:
+    from fabriclab import calibrate as cal_mod
+    from traffic.replay import ReplayOptions
+    from traffic.traces import load
+
+    cal = cal_mod.Calibration.read(args.calibration)
+    trace, label = _trace(args)
+    workload = load(trace, compute_gap_us=args.compute_gap_us)
+    if args.steps is not None:
+        if args.steps < 1:
+            raise FabriclabError(f"--steps must be >= 1, got {args.steps}")
+        workload = dataclasses.replace(workload, ranks=tuple(dataclasses.replace(r, steps=r.steps[:args.steps])
+                                                             for r in workload.ranks))
+    pairs = _replay_pairs(args)
+    fabrics = [(topofile.load(t), r) for t, r in pairs]
+    ranks = args.ranks if args.ranks is not None or args.trace else 16
+    out: list[dict[str, Any]] = []
+    for fab, routing in fabrics:
+        ports = args.ports if args.ports != "auto" else ("planned" if routing == "adaptive" else "hashed")
+        opts = ReplayOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
+                             ports=ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0)
+        rows, emulated, _ = cal_mod.crosscheck(workload, label, fab, routing, opts, cal, _emulated_runner(args))
+        out.append({"topology": fab.name, "routing": routing, "dilation": emulated.meta.dilation,
+                    "collectives": [dataclasses.asdict(r) | {"difference": r.difference, "bandwidth_bound": r.bandwidth_bound}
+                                    for r in rows]})
+        if not args.json:
+            print(f"{label} on {fab.name} ({routing}), emulated at dilation {emulated.meta.dilation:.4g}; "
+                  f"simulated with the calibration of {args.calibration}")
+            print(cal_mod.format_rows(rows))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "crosscheck.json").write_text(json.dumps(out, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"figures      {Path(args.out) / 'crosscheck.json'}")
+    return 0
+
+
 def cmd_record(args: argparse.Namespace) -> int:
     from traffic.record import record
 
@@ -516,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512, 1024], metavar="N",
                     help="GPUs (one per host); the smallest is the scaling base (default 128 256 512 1024)")
     cp.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
-    cp.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring)")
+    cp.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring; above 4096 GPUs its hierarchical form, as NCCL switches too)")
     cp.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
     cp.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
                     help="source ports (default auto: planned under adaptive routing, hashed otherwise)")
@@ -541,6 +607,24 @@ def build_parser() -> argparse.ArgumentParser:
     cl = sub.add_parser("clean", help="remove what killed runs left behind (bridges, veths, processes); "
                                       "never touches a run that is still running")
     cl.set_defaults(func=cmd_clean)
+
+    ca = sub.add_parser("calibrate", help="fit the simulator's overheads to the emulator on microbenchmarks "
+                                          "(ring all-reduces of several sizes on idle emulated fabrics; root)")
+    ca.add_argument("--topology", action="append", metavar="T",
+                    help="fabric to run the microbenchmarks on; repeatable (default: dual-plane-16 and pyramid-16)")
+    ca.add_argument("--dilation", type=float, default=None, help="the microbenchmarks' dilation (default 100000)")
+    ca.add_argument("--out", default="results/calibration.json", help="where to write the calibration "
+                                                                      "(default results/calibration.json)")
+    ca.add_argument("--json", action="store_true", help="print the calibration as JSON")
+    ca.set_defaults(func=cmd_calibrate)
+
+    cc = sub.add_parser("crosscheck", help="run a trace on the emulator and on the calibrated simulator and print "
+                                           "the difference per collective (root)")
+    _workload_args(cc, "results/crosscheck")
+    cc.add_argument("--calibration", default="results/calibration.json",
+                    help="a file from `fabriclab calibrate` (default results/calibration.json)")
+    cc.add_argument("--steps", type=int, default=None, help="only the trace's first N steps")
+    cc.set_defaults(func=cmd_crosscheck)
 
     rec = sub.add_parser("record", help="record a small real data-parallel training job (needs PyTorch)")
     rec.add_argument("out", metavar="OUT", help="directory for the per-rank traces")

@@ -9,6 +9,10 @@ oversubscription), the trace mapped onto N ranks, one per host, and run by `fabr
 (`traffic.replay.simulate`). The default series have the same bandwidth per host (pyramid: one 400G
 NIC; dual-plane: two 200G NICs, one per plane).
 
+The all-reduce is a ring (`--algorithm`) up to `FLAT_RING_MAX` GPUs and its hierarchical form above
+(the row's `algorithm` says which). The simulator plans on arrays (`plan_replay(placed=False)`,
+`schedule_columns`), so 16,384 GPUs plan and run in minutes.
+
 Per row (definitions in DESIGN.md; times real):
 - step time mean and p99 over the steps (composed from the trace's compute with the simulated
   collectives); utilisation = compute / step and communication share = exposed communication / step,
@@ -46,6 +50,10 @@ from fabric.flowsim import SimOptions
 
 CACHE_VERSION = 1
 DEFAULT_SIZES = (128, 256, 512, 1024)
+#: Above this many GPUs a ring all-reduce runs in its hierarchical form (rings inside each leaf, rings
+#: across leaves): a flat ring over 16,384 ranks is 5.4e8 transfers of a few kB, latency-bound, and not
+#: what NCCL runs at that size either (it switches to trees and hierarchical algorithms).
+FLAT_RING_MAX = 4096
 BUSY_UTIL, HOT_UTIL = 0.05, 0.9
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,6 +87,7 @@ class Row:
     load_max_over_mean: float
     ecmp_collisions: int
     ecmp_choices: int
+    algorithm: str = ""  # the all-reduce algorithm asked for this row (FLAT_RING_MAX)
     efficiency: float = math.nan  # filled once the series' base size is known
     sim_wall_s: float = 0.0  # wall time of the simulation (set-up included)
     cached: bool = False
@@ -97,7 +106,8 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
     opts = ReplayOptions(**task["opts"])
     result = simulate_replay(workload, task["label"], fab, task["routing"], opts, SimOptions(**task["sim"]))
     row = row_from_result(result, task["topology"], fab.name, task["routing"], task["gpus"])
-    return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0))
+    return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0,
+                                                  algorithm=opts.algorithm))
 
 
 def row_from_result(result: Any, topology: str, fabric: str, routing: str, gpus: int) -> Row:
@@ -187,6 +197,8 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
         for n in sizes:
             topofile.scaled(s.topology, n)  # so does a size the template cannot be built at
             opts = {"ports": "planned" if s.routing == "adaptive" else "hashed", **base_opts, "ranks": n}
+            if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
+                opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
             tasks.append({"trace": str(trace), "label": label or str(trace), "topology": s.topology,
                           "routing": s.routing, "gpus": n, "opts": opts, "sim": sim_doc})
@@ -289,7 +301,8 @@ def seed_check(rows: Sequence[Row]) -> list[dict[str, Any]]:
 
 # ---- output ---------------------------------------------------------------------------------------
 
-COLUMNS = (("fabric", "fabric"), ("routing", "routing"), ("gpus", "GPUs"), ("utilisation", "util"),
+COLUMNS = (("fabric", "fabric"), ("routing", "routing"), ("gpus", "GPUs"), ("algorithm", "all-reduce"),
+           ("utilisation", "util"),
            ("comm_share", "comm"), ("step_mean_us", "step mean"), ("step_p99_us", "step p99"),
            ("busbw_bps", "busbw"), ("efficiency", "eff"), ("hot_link_share", "hot links"),
            ("load_max_over_mean", "max/mean load"), ("ecmp_collisions", "ECMP coll."), ("cached", "cached"))
@@ -312,7 +325,7 @@ def _cell(key: str, v: Any) -> str:
 def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = ()) -> str:
     table = [[h for _, h in COLUMNS]] + [[_cell(k, getattr(r, k)) for k, _ in COLUMNS] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
-    lines = ["  ".join(c.rjust(w) if i > 1 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    lines = ["  ".join(c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in table]
     lines.append("")
     lines.append("scaling efficiency: 1 / mean step at N over the same at the series' smallest size (fixed batch "

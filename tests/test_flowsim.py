@@ -215,6 +215,23 @@ def test_cost_grows_with_events_not_simulated_time():
     # every ring step has the same connections active (all flows of a step end together): the max-min
     # rates are computed once and looked up for the other 29 steps
     assert a.rate_updates == b.rate_updates == 1
+    # 31 events (the start, 30 step ends), and the load log one interval: no step changed the allocation
+    assert a.events == b.events == 2 * 15 + 1
+    assert len(a.edges_s) == 2 and a.edges_s[-1] == pytest.approx(a.job_end_s[0])
+
+
+@pytest.mark.parametrize("share", [1.0, 0.9, 0.5])
+def test_the_goodput_share_scales_every_link_and_the_ring_time_with_it(share):
+    # the ring of the non-blocking test: 2(n-1)/n x S / (share x B), B = 2 x 200 G per host
+    fab = topofile.load("dual-plane-16")
+    n, size = 16, 16 * 2**20
+    dag = schedule("all_reduce", size, list(range(n)), "ring")
+    _, res = run("dual-plane-16", [Job(dag, one_rank_per_host(fab, n))], options=SimOptions(goodput_share=share))
+    assert res.job_time_s[0] == pytest.approx(2 * (n - 1) / n * size * 8 / (share * 400e9), rel=1e-9)
+    assert res.link_utilisation().max() == pytest.approx(share, rel=1e-9)  # of the links' wire rate
+    for bad in (0.0, -0.1, 1.5, float("nan")):
+        with pytest.raises(FlowSimError, match="goodput_share"):
+            SimOptions(goodput_share=bad).check()
 
 
 def leaf_to_leaf(fab, size):

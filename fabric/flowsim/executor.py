@@ -101,6 +101,9 @@ class SimOptions:
     # bits are dropped): transfers of one step whose sizes differ by a byte end as one event, not as
     # two that let the steps drift apart event by event; the error is at most this per event
     resolution_s: float = 1e-9
+    # the share of a link's rate that carries the transfers' bytes (the rest: packet headers, ACKs), for
+    # a calibration against the emulator (TCP over Ethernet at MTU 1500: ~1448 / 1514); 1: all of it
+    goodput_share: float = 1.0
 
     def check(self) -> None:
         if self.per_transfer_s < 0 or self.per_hop_s < 0:
@@ -108,6 +111,8 @@ class SimOptions:
                                f"per_hop_s={self.per_hop_s}")
         if not (0 <= self.resolution_s <= 1e-3):
             raise FlowSimError(f"resolution_s must be in [0, 1 ms], got {self.resolution_s}")
+        if not 0 < self.goodput_share <= 1:
+            raise FlowSimError(f"goodput_share must be in (0, 1], got {self.goodput_share}")
         if not (self.poll_s >= 0 and math.isfinite(self.poll_s)):
             raise FlowSimError(f"poll_s must be finite and >= 0, got {self.poll_s}")
 
@@ -150,6 +155,7 @@ class _Run:
                  events: list[LinkEvent]) -> None:
         self.fabric, self.policy, self.jobs, self.opts = fabric, policy, jobs, opts
         self.links, self.capacity_bps = directed_links(fabric)
+        self.goodput_bps = self.capacity_bps * opts.goodput_share  # what the transfers' bytes may use
         self.link_id = {l: i for i, l in enumerate(self.links)}
         host_index = {h.name: i for i, h in enumerate(fabric.hosts)}
         offsets: list[int] = []
@@ -265,6 +271,7 @@ class _Run:
         self.load_bps: list[FloatArray] = []
         self.rate_updates = 0
         self.route_changes = 0
+        self.events = 0  # instants at which something happened (flows ended, timed events)
         # congestion feedback: (switch, port) of each directed link leaving a switch
         self.egress_key: list[tuple[str, int] | None] = []
         for here, there in self.links:
@@ -323,19 +330,35 @@ class _Run:
                 pair = self.t_pair[g]
                 lo, hi = self.pair_ptr[pair], self.pair_ptr[pair + 1]
                 k = hi - lo  # connections per transfer
-                part_t = np.repeat(g, k)  # one row per (transfer, connection)
-                j = np.arange(part_t.size) - np.repeat(np.cumsum(k) - k, k)  # connection's rank in its pair
-                conn = np.repeat(lo, k) + j
-                base, extra = np.divmod(self.t_size[g], k)
-                part_bytes = np.repeat(base, k) + (j < np.repeat(extra, k))
-                self._route(conn)
-                self.hops[g] = np.maximum.reduceat(self.conn_hops[conn], np.cumsum(k) - k)
-                keep = part_bytes > 0
-                self.parts_left[g] = np.add.reduceat(keep.astype(np.int64), np.cumsum(k) - k)
+                if k[0] == k[-1] and bool((k == k[0]).all()):  # the usual case: as many for every pair
+                    # one row per transfer, one column per connection of its pair
+                    w = int(k[0])
+                    j = np.arange(w)
+                    part_t = np.repeat(g, w)
+                    conn = (lo[:, None] + j).ravel()
+                    base, extra = np.divmod(self.t_size[g], w)
+                    part_bytes = (base[:, None] + (j < extra[:, None])).ravel()
+                    self._route(conn)
+                    self.hops[g] = self.conn_hops[conn].reshape(-1, w).max(axis=1)
+                    keep = part_bytes > 0
+                    self.parts_left[g] = keep.reshape(-1, w).sum(axis=1)
+                else:
+                    part_t = np.repeat(g, k)  # one row per (transfer, connection)
+                    jk = np.arange(part_t.size) - np.repeat(np.cumsum(k) - k, k)  # connection's rank in its pair
+                    conn = np.repeat(lo, k) + jk
+                    base, extra = np.divmod(self.t_size[g], k)
+                    part_bytes = np.repeat(base, k) + (jk < np.repeat(extra, k))
+                    self._route(conn)
+                    self.hops[g] = np.maximum.reduceat(self.conn_hops[conn], np.cumsum(k) - k)
+                    keep = part_bytes > 0
+                    self.parts_left[g] = np.add.reduceat(keep.astype(np.int64), np.cumsum(k) - k)
                 if keep.any():
-                    self.f_conn = np.concatenate([self.f_conn, conn[keep]])
-                    self.f_transfer = np.concatenate([self.f_transfer, part_t[keep]])
-                    self.f_left_bits = np.concatenate([self.f_left_bits, part_bytes[keep] * 8.0])
+                    if not self.f_conn.size and keep.all():  # the usual case after a ring's step
+                        self.f_conn, self.f_transfer, self.f_left_bits = conn, part_t, part_bytes * 8.0
+                    else:
+                        self.f_conn = np.concatenate([self.f_conn, conn[keep]])
+                        self.f_transfer = np.concatenate([self.f_transfer, part_t[keep]])
+                        self.f_left_bits = np.concatenate([self.f_left_bits, part_bytes[keep] * 8.0])
                     self.dirty = True
                     if self.poll_s > 0 and not self.poll_pending:
                         self.poll_pending = True
@@ -415,7 +438,7 @@ class _Run:
             pos = np.flatnonzero(self.conn_hops[self.f_conn[order]] > 0)
             if routed.size:
                 flow, link = self._crossings(routed)
-                sorted_rates[pos] = max_min_rates(routed.size, flow, link, self.capacity_bps)
+                sorted_rates[pos] = max_min_rates(routed.size, flow, link, self.goodput_bps)
                 self.rate_updates += 1
                 load = np.bincount(link, weights=sorted_rates[pos][flow], minlength=len(self.links))
                 used: IntArray = np.flatnonzero(load > 0).astype(np.intp)
@@ -438,9 +461,14 @@ class _Run:
         used, rate = self.load
         if until_s <= self.now or not used.size:
             return
+        if self.edges and self.edges[-1] == self.now and self.load_link and self.load_link[-1] is used:
+            self.edges[-1] = until_s  # the same allocation as the interval before: one interval
+            return
         if self.edges and self.edges[-1] != self.now:
             self.ptr.append(self.ptr[-1])  # an idle gap: an interval with no load
             self.edges.append(self.now)
+            self.load_link.append(np.zeros(0, dtype=np.intp))
+            self.load_bps.append(np.zeros(0))
         if not self.edges:
             self.edges.append(self.now)
         self.edges.append(until_s)
@@ -457,15 +485,18 @@ class _Run:
         self.now = until_s
 
     def _finish_flows(self, done: IntArray) -> None:
-        gone = np.zeros(self.f_conn.size, dtype=bool)
-        gone[done] = True
         ended = self.f_transfer[done]
         np.subtract.at(self.parts_left, ended, 1)
         t = _distinct(ended)
         drained = t[self.parts_left[t] == 0]
-        keep = ~gone
-        self.f_conn, self.f_transfer = self.f_conn[keep], self.f_transfer[keep]
-        self.f_left_bits, self.rates = self.f_left_bits[keep], self.rates[keep]
+        if done.size == self.f_conn.size:  # every flow ended (a ring's step)
+            self.f_conn, self.f_transfer = self.f_conn[:0], self.f_transfer[:0]
+            self.f_left_bits, self.rates = self.f_left_bits[:0], self.rates[:0]
+        else:
+            keep = np.ones(self.f_conn.size, dtype=bool)
+            keep[done] = False
+            self.f_conn, self.f_transfer = self.f_conn[keep], self.f_transfer[keep]
+            self.f_left_bits, self.rates = self.f_left_bits[keep], self.rates[keep]
         self.dirty = True
         if drained.size:
             self._drained(drained)
@@ -518,14 +549,19 @@ class _Run:
             step = math.inf
             if self.f_conn.size:
                 moving = self.rates > 0
-                if moving.any():
+                finish = None
+                if moving.all():  # the usual case: every flow has a path
+                    finish = self.f_left_bits / self.rates
+                elif moving.any():
                     finish = np.full(self.f_conn.size, np.inf)
                     finish[moving] = self.f_left_bits[moving] / self.rates[moving]
+                if finish is not None:
                     step = float(finish.min())
                     if self.now + step <= next_event:
                         done = np.flatnonzero(finish <= step + max(step * END_TOL, self.opts.resolution_s))
             if step == math.inf and (next_event == math.inf or self._only_polls()):
                 break  # nothing moves and nothing will happen: finished, or stalled
+            self.events += 1
             if done.size:
                 self._advance(self.now + step)
                 self._finish_flows(done)
@@ -551,6 +587,6 @@ class _Run:
             edges_s=np.asarray(self.edges, dtype=float), load_ptr=np.asarray(self.ptr, dtype=np.intp),
             load_link=np.concatenate([np.zeros(0, dtype=np.intp), *self.load_link]),
             load_bps=np.concatenate([np.zeros(0), *self.load_bps]),
-            rate_updates=self.rate_updates, route_changes=self.route_changes, polls=self.polls,
+            rate_updates=self.rate_updates, route_changes=self.route_changes, polls=self.polls, events=self.events,
             congestion_moves=self.congestion_moves,
             stalled=tuple(int(g) for g in np.flatnonzero(np.isnan(self.end_s))))

@@ -4,6 +4,8 @@ Plain arrays (numpy), so metrics and reports can read them without knowing the s
 is piecewise constant between events: interval k runs from `edges_s[k]` to `edges_s[k + 1]`, and
 the directed links that carry traffic in it, with their rates, are kept sparse (CSR-like:
 `load_ptr[k]:load_ptr[k + 1]` index `load_link` and `load_bps`); `link_rate_bps()` expands it.
+Consecutive events that leave the allocation as it was (the steps of a ring, whose flows are alike)
+extend one interval rather than adding one each: `events` counts the events.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ class FlowSimResult:
     stalled: tuple[int, ...]  # transfers never delivered (a flow with no live path at the end)
     polls: int = 0  # congestion feedback rounds (SimOptions.poll_s)
     congestion_moves: int = 0  # slots the policy moved on load
+    events: int = 0  # instants at which flows ended or timed events (starts, deliveries, link events, polls) ran
 
     @property
     def job_time_s(self) -> FloatArray:

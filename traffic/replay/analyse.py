@@ -43,7 +43,7 @@ def collective_results(plan: ReplayPlan, raw: RawRun) -> list[CollectiveResult]:
             alg = metrics.algbw_bps(t.size_bytes, real_us / 1e6)
             bus = alg * metrics.busbw_factor(t.kind, n)
         out.append(CollectiveResult(call.id, call.step, call.repeat, t.kind, t.algorithm, t.size_bytes, t.emu_bytes, n,
-                                    call.stream, len(t.transfers), tm.start_s - t_first, emu_s, real_us, alg, bus))
+                                    call.stream, t.transfer_count, tm.start_s - t_first, emu_s, real_us, alg, bus))
     return out
 
 

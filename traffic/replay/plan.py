@@ -37,7 +37,7 @@ from fabric.errors import FabriclabError
 from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
 from fabric.routing.entropy import channel_sport
-from fabric.transfers import Placement, TransferDag
+from fabric.transfers import Placement, TransferColumns, TransferDag
 from traffic import collectives
 from traffic.workload import Collective, Workload
 
@@ -139,8 +139,12 @@ class Template:
     size_bytes: int  # real
     emu_bytes: int
     ranks: tuple[int, ...]
-    transfers: tuple[PlacedTransfer, ...]
-    dag: TransferDag | None = None  # the schedule at real sizes, by rank (the simulator runs it)
+    transfers: tuple[PlacedTransfer, ...]  # empty in a plan for the simulator (`placed=False`)
+    dag: TransferDag | TransferColumns | None = None  # the schedule at real sizes, by rank (the simulator runs it)
+
+    @property
+    def transfer_count(self) -> int:
+        return len(self.dag) if self.dag is not None else len(self.transfers)
 
     def hosts(self) -> set[str]:
         return {t.src_host for t in self.transfers} | {t.dst_host for t in self.transfers}
@@ -327,8 +331,13 @@ def default_mbps_per_gbps(fabric: Fabric) -> float:
     return NIC_EMU_MBPS / max(n.rate_gbps for n in fabric.nic_ports)
 
 
-def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
+def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, placed: bool = True) -> ReplayPlan:
+    """The replay's plan (module docstring). `placed=False` plans for the simulator only: the DAGs as
+    arrays (`schedule_columns`), no placed transfers and no connections (the simulator has its own),
+    so that 16,384 ranks plan in seconds; the dilation must then be given."""
     options.check()
+    if not placed and options.dilation is None:
+        raise ReplayError("a plan for the simulator needs the dilation given")
     notes: list[str] = []
     if options.mbps_per_gbps is None:
         options = replace(options, mbps_per_gbps=default_mbps_per_gbps(fabric))
@@ -363,7 +372,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
         for c, _ in scalls:
             lanes.setdefault(c.stream, len(lanes))
     dag_of: dict[tuple[str, int, tuple[int, ...]], int] = {}
-    dags: list[TransferDag] = []
+    dags: list[TransferDag | TransferColumns] = []
     algos: list[str] = []
     keys: dict[tuple[str, int, tuple[int, ...], int], int] = {}  # (kind, size, ranks, lane) -> template
     for scalls in step_calls:
@@ -380,7 +389,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                 algorithm = "ring"
             algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
             dag_of[key] = len(dags)
-            dags.append(collectives.schedule(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups))
+            build = collectives.schedule if placed else collectives.schedule_columns
+            dags.append(build(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups))
             algos.append(algo)
 
     nic_bps = {n.ip: n.rate_gbps * scale * 1e6 for n in fabric.nic_ports}
@@ -388,11 +398,10 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                 for h in fabric.hosts}
     occurrences: list[tuple[int, float]] = []
     steps_sent: dict[str, int] = defaultdict(int)
-    for scalls in step_calls:
+    for scalls in (step_calls if options.dilation is None else ()):  # only to choose the dilation
         for c, _ in scalls:
-            dag = dags[dag_of[(c.kind, c.size_bytes, c.group_ranks)]]
             per_nic_s = []
-            for t in dag.transfers:
+            for t in _objects(dags[dag_of[(c.kind, c.size_bytes, c.group_ranks)]]).transfers:
                 a, b = host_of(t.src), host_of(t.dst)
                 if a == b:
                     continue
@@ -413,58 +422,64 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
         bytes_scale = dilation * scale / 1000
         notes.append(f"dilation {dilation:.4g} chosen: {why}")
 
-    # connections for every host pair with data on a lane, `channels` per shared plane
-    pairs: set[tuple[str, str, int]] = set()
-    for (kind, size, ranks, lane) in keys:
-        for t in dags[dag_of[(kind, size, ranks)]].transfers:
-            a, b = host_of(t.src), host_of(t.dst)
-            if a != b:
-                pairs.add((a, b, lane))
     conns: list[Connection] = []
-    by_pair: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-    index = {h.name: h.index for h in fabric.hosts}
-    rng = random.Random(options.seed)
-    used_ports: set[tuple[str, int, str, int]] = set()
-    for a, b, lane in sorted(pairs, key=lambda p: (p[2], index[p[0]], index[p[1]])):
-        for nic in fabric.nics_of[a]:
-            peer = [n for n in fabric.nics_of[b] if n.plane == nic.plane]
-            if not peer:
-                continue
-            for ch in range(options.channels):
-                if options.ports == "planned":
-                    sport = channel_sport(entropy, ch)
-                else:
-                    while True:  # Linux's default ephemeral range; no two connections share a 4-tuple
-                        sport = rng.randrange(32768, 61000)
-                        if (str(nic.ip), sport, str(peer[0].ip), options.port + lane) not in used_ports:
-                            break
-                used_ports.add((str(nic.ip), sport, str(peer[0].ip), options.port + lane))
-                conn = Connection(len(conns), a, b, nic.plane, ch, str(nic.ip), str(peer[0].ip), sport, lane,
-                                  options.port + lane)
-                by_pair[(a, b, lane)].append(conn.id)
-                conns.append(conn)
-        if not by_pair[(a, b, lane)]:
-            raise ReplayError(f"hosts {a} and {b} share no plane")
-
     templates = []
-    for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
-        d = dag_of[(kind, size_real, ranks)]
-        dag = dags[d]
-        placed = []
-        for t in dag.transfers:
-            a, b = host_of(t.src), host_of(t.dst)
-            size = int(round(t.size_bytes * bytes_scale))
-            if a == b:
-                parts: tuple[Part, ...] = ()
-            else:
-                ids = by_pair[(a, b, lane)]
-                # every part carries at least one byte; a 0-byte transfer is one 0-byte part
-                split = [(cid, n) for cid, n in zip(ids, collectives.split_bytes(size, len(ids))) if n > 0]
-                parts = tuple(Part(cid, n) for cid, n in split) if split else (Part(ids[0], 0),)
-            placed.append(PlacedTransfer(a, b, size, t.deps, parts))
-        _check_local_deps(dag, placed)
-        templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                  tuple(placed), dag))
+    if not placed:  # for the simulator: the DAGs at real sizes, nothing placed
+        for (kind, size_real, ranks, _lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
+            d = dag_of[(kind, size_real, ranks)]
+            templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
+                                      (), dags[d]))
+    else:
+        # connections for every host pair with data on a lane, `channels` per shared plane
+        pairs: set[tuple[str, str, int]] = set()
+        for (kind, size, ranks, lane) in keys:
+            for t in _objects(dags[dag_of[(kind, size, ranks)]]).transfers:
+                a, b = host_of(t.src), host_of(t.dst)
+                if a != b:
+                    pairs.add((a, b, lane))
+        by_pair: dict[tuple[str, str, int], list[int]] = defaultdict(list)
+        index = {h.name: h.index for h in fabric.hosts}
+        rng = random.Random(options.seed)
+        used_ports: set[tuple[str, int, str, int]] = set()
+        for a, b, lane in sorted(pairs, key=lambda p: (p[2], index[p[0]], index[p[1]])):
+            for nic in fabric.nics_of[a]:
+                peer = [n for n in fabric.nics_of[b] if n.plane == nic.plane]
+                if not peer:
+                    continue
+                for ch in range(options.channels):
+                    if options.ports == "planned":
+                        sport = channel_sport(entropy, ch)
+                    else:
+                        while True:  # Linux's default ephemeral range; no two connections share a 4-tuple
+                            sport = rng.randrange(32768, 61000)
+                            if (str(nic.ip), sport, str(peer[0].ip), options.port + lane) not in used_ports:
+                                break
+                    used_ports.add((str(nic.ip), sport, str(peer[0].ip), options.port + lane))
+                    conn = Connection(len(conns), a, b, nic.plane, ch, str(nic.ip), str(peer[0].ip), sport, lane,
+                                      options.port + lane)
+                    by_pair[(a, b, lane)].append(conn.id)
+                    conns.append(conn)
+            if not by_pair[(a, b, lane)]:
+                raise ReplayError(f"hosts {a} and {b} share no plane")
+
+        for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
+            d = dag_of[(kind, size_real, ranks)]
+            dag = dags[d]
+            placed_t = []
+            for t in _objects(dag).transfers:
+                a, b = host_of(t.src), host_of(t.dst)
+                size = int(round(t.size_bytes * bytes_scale))
+                if a == b:
+                    parts: tuple[Part, ...] = ()
+                else:
+                    ids = by_pair[(a, b, lane)]
+                    # every part carries at least one byte; a 0-byte transfer is one 0-byte part
+                    split = [(cid, n) for cid, n in zip(ids, collectives.split_bytes(size, len(ids))) if n > 0]
+                    parts = tuple(Part(cid, n) for cid, n in split) if split else (Part(ids[0], 0),)
+                placed_t.append(PlacedTransfer(a, b, size, t.deps, parts))
+            _check_local_deps(_objects(dag), placed_t)
+            templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
+                                      tuple(placed_t), dag))
 
     calls: list[Call] = []
     previous: list[int] = []  # a step waits for every call of the step before (across repetitions too)
@@ -484,6 +499,13 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                      f"{options.compute_gap_us:g} us before each (--compute-gap-us)")
     return ReplayPlan(workload, fabric, options, placement, dilation, bytes_scale, tuple(templates), tuple(calls),
                       tuple(conns), tuple(notes))
+
+
+def _objects(dag: TransferDag | TransferColumns) -> TransferDag:
+    """The DAG as objects: what the placed plan is built from (a plan for the simulator has columns)."""
+    if not isinstance(dag, TransferDag):
+        raise ReplayError(f"{dag.label}: the placed plan needs the DAG as objects")
+    return dag
 
 
 def _check_local_deps(dag: TransferDag, placed: Sequence[PlacedTransfer]) -> None:

@@ -26,8 +26,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, simulate
+from fabric.flowsim.connections import Connection, plan_connections
 from fabric.model import Fabric
 from fabric.routing import PathTable, RoutingPolicy, load_policy
+from fabric.transfers import TransferColumns
 from traffic.replay.analyse import busiest_links, collective_results, step_results
 from traffic.replay.driver import CallTiming, RawRun
 from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
@@ -72,7 +74,8 @@ def parse_link_event(text: str, fabric: Fabric, up: bool) -> LinkEvent:
 
 def plan_for_simulation(workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
     """The replay's plan at the real rates: nothing scaled (bytes scale 1, dilation 1)."""
-    return plan_replay(workload, fabric, dataclasses.replace(options, mbps_per_gbps=REAL_MBPS_PER_GBPS, dilation=1.0))
+    return plan_replay(workload, fabric, dataclasses.replace(options, mbps_per_gbps=REAL_MBPS_PER_GBPS, dilation=1.0),
+                       placed=False)
 
 
 def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routing: str, options: ReplayOptions,
@@ -82,7 +85,7 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
     plan = plan_for_simulation(workload, fabric, options)
     sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed)
     policy = load_policy(routing)(PathTable(fabric))
-    ecmp = ecmp_collisions(plan, policy)  # with every link up, before the link events
+    ecmp = ecmp_collisions(fabric, policy, simulated_connections(plan, policy, sim))  # every link up
     jobs = []
     for call in plan.calls:
         dag = plan.templates[call.template].dag
@@ -125,17 +128,40 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                      events, extra={"ecmp": ecmp})
 
 
-def ecmp_collisions(plan: ReplayPlan, policy: RoutingPolicy) -> dict[str, int]:
-    """ECMP collisions among the plan's connections, on their paths with every link up: at each switch,
+def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptions) -> list[Connection]:
+    """The connections the simulator gives the plan's host pairs (`fabric.flowsim.connections`: one set
+    for all streams)."""
+    hosts = [h.name for h in plan.fabric.hosts]
+    index = {h: i for i, h in enumerate(hosts)}
+    keys = []
+    for t in plan.templates:
+        if t.dag is None:
+            continue
+        cols = t.dag if isinstance(t.dag, TransferColumns) else t.dag.columns
+        if not len(cols):
+            continue
+        rank_host = np.zeros(max(cols.ranks) + 1, dtype=np.int64)
+        for r in cols.ranks:
+            rank_host[r] = index[plan.placement.host(r)]
+        a, b = rank_host[cols.src], rank_host[cols.dst]
+        keys.append(np.unique(a[a != b] * len(hosts) + b[a != b]))
+    pairs = [(hosts[int(k) // len(hosts)], hosts[int(k) % len(hosts)])
+             for k in np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *keys]))]
+    planned = plan_connections(plan.fabric, policy.entropy, pairs, channels=sim.channels, ports=sim.ports,
+                               seed=sim.seed)
+    return [c for p in pairs for c in planned[p]]
+
+
+def ecmp_collisions(fab: Fabric, policy: RoutingPolicy, connections: Sequence[Connection]) -> dict[str, int]:
+    """ECMP collisions among `connections`, on their paths with every link up: at each switch,
     for each set of equal-cost ports its connections choose among (e.g. a leaf's uplinks), the
     connections that share a port while another port of the set carries none (each of them could have
     had a port to itself). Static: the connections of a data-parallel all-reduce all run at once.
     Returns {"collisions", "choices" (connections x switches where there was a choice), "ports_idle"}."""
-    fab = plan.fabric
     counts: dict[tuple[str, tuple[int, ...]], dict[int, int]] = {}
     choices = 0
-    for c in plan.connections:
-        src, dst = fab.nic(c.src_host, c.plane), fab.nic(c.dst_host, c.plane)
+    for c in connections:
+        src, dst = c.src, c.dst
         nodes = policy.path(src, dst, c.sport)
         if nodes is None:
             continue

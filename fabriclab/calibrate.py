@@ -1,0 +1,293 @@
+"""The simulator calibrated against the emulator, and the two backends run side by side.
+
+    cal = calibrate([(topofile.load("dual-plane-16"), "adaptive"), (topofile.load("pyramid-16"), "adaptive")])
+    rows = crosscheck(workload, "trace.json.gz", topofile.load("pyramid-16"), "ecmp", ReplayOptions(), cal)
+
+The simulator (`fabric.flowsim`) moves fluid flows at max-min fair shares of the link rates. The
+emulator adds what that model leaves out, and the calibration fits it as three parameters:
+- `goodput_share` g: the transfers' bytes per byte a link carries (the rest: Ethernet, IP and TCP
+  headers, and the ACKs that share a host's egress);
+- `per_transfer_emu_s` a: a fixed delay per transfer (the agents' reaction, TCP's first round trips);
+- `per_hop_emu_s` h: a delay per link of a transfer's path (a frame serialised at the emulated link
+  rate on every hop before the next may forward it).
+a and h are in emulated seconds, because that is where the emulator's latencies live: a replay at
+dilation D sees them as a / D and h / D real seconds (`sim_options`), so the simulator is given them
+at the dilation of the run it is compared with. g is the same in both units.
+
+Fitted on microbenchmarks only (`MICRO_TRANSFER_EMU_S`): one ring all-reduce over every host of each
+fabric given, at several sizes, on the idle emulated fabric, at a fixed dilation so the sizes differ
+in emulated time. For each, the simulator gives the three features of the model, linear in (1/g, a, h)
+for a collective whose steps are alike (a ring): T0, its time with no overhead at the links' full
+rate; S, the transfers on its critical path (seconds added per second of per-transfer delay); H, the
+hops on its critical path. The fit is the least-squares solution of E = T0 / g + S a / D + H h / D
+(E the emulated duration in real units), each sample weighted by 1 / E (relative errors), with
+g <= 1 and a, h >= 0 (`scipy.optimize.lsq_linear`). Validation (`crosscheck`) runs traces the
+calibration never saw on both backends and gives the difference per collective, and each collective's
+latency share (of its simulated time, what the delays add): where that is above a quarter
+(`LATENCY_BOUND_SHARE`, e.g. a broadcast of a few hundred bytes down a pipelined chain) the backends
+differ by design, because the simulator charges the per-transfer delay to every chunk while the
+emulator's agents forward chunks cut-through.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fabric.errors import FabriclabError
+from fabric.flowsim import SimOptions
+from fabric.model import Fabric
+from traffic.replay import ReplayOptions
+from traffic.replay.plan import default_mbps_per_gbps
+from traffic.results import RunResult
+from traffic.workload import Collective, RankTrace, Step, Workload
+
+#: The microbenchmarks: one ring all-reduce per entry, sized so that each of its transfers takes this
+#: long on an emulated host's NICs (all of them) at the replay's default link scale.
+MICRO_TRANSFER_EMU_S = (0.05, 0.15, 0.45)
+#: The dilation the microbenchmarks run at (any fixed value: the sizes are chosen in emulated time).
+MICRO_DILATION = 100_000.0
+#: A delay added in the simulator to measure a collective's sensitivity to it (features S and H), seconds.
+PROBE_S = 1e-6
+CALIBRATION_VERSION = 1
+#: A collective whose simulated time is more than this share per-transfer and per-hop delay is
+#: latency-bound: there the two backends differ by design (the simulator charges the delay to every
+#: transfer, pipelined chunks included; the emulator's agents forward cut-through). Measured: ring
+#: all-reduces of 8-31 MB 3-11%, DLRM's all-to-alls 1%, ResNet's broadcasts of 212 kB and 424 B 52% and 100%.
+LATENCY_BOUND_SHARE = 0.25
+
+
+class CalibrationError(FabriclabError):
+    """A calibration that cannot be made or read; the message names the problem."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One microbenchmark: a collective on one fabric, as emulated and as the simulator's features."""
+
+    topology: str
+    routing: str
+    kind: str
+    size_bytes: int  # real (nccl-tests size)
+    dilation: float
+    emulated_us: float  # the emulated duration, real units
+    t0_us: float  # simulated, no overheads, links at their full rate
+    transfers_on_path: float  # S
+    hops_on_path: float  # H
+
+
+@dataclass(frozen=True)
+class Calibration:
+    goodput_share: float
+    per_transfer_emu_s: float
+    per_hop_emu_s: float
+    samples: tuple[Sample, ...] = ()
+
+    def check(self) -> None:
+        if not 0 < self.goodput_share <= 1:
+            raise CalibrationError(f"goodput_share must be in (0, 1], got {self.goodput_share}")
+        for name in ("per_transfer_emu_s", "per_hop_emu_s"):
+            v = getattr(self, name)
+            if not (v >= 0 and math.isfinite(v)):
+                raise CalibrationError(f"{name} must be finite and >= 0, got {v}")
+
+    def predict_us(self, s: Sample) -> float:
+        """The calibrated model's duration of a sample, real microseconds."""
+        return (s.t0_us / self.goodput_share
+                + (s.transfers_on_path * self.per_transfer_emu_s + s.hops_on_path * self.per_hop_emu_s)
+                / s.dilation * 1e6)
+
+    def sim_options(self, dilation: float, base: SimOptions | None = None) -> SimOptions:
+        """The simulator's options to compare with an emulated run at `dilation`."""
+        return dataclasses.replace(base or SimOptions(), goodput_share=self.goodput_share,
+                                   per_transfer_s=self.per_transfer_emu_s / dilation,
+                                   per_hop_s=self.per_hop_emu_s / dilation)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": CALIBRATION_VERSION, "goodput_share": self.goodput_share,
+                "per_transfer_emu_s": self.per_transfer_emu_s, "per_hop_emu_s": self.per_hop_emu_s,
+                "samples": [dataclasses.asdict(s) | {"predicted_us": self.predict_us(s)} for s in self.samples]}
+
+    def write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def read(cls, path: str | Path) -> Calibration:
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise CalibrationError(f"{p}: no such calibration file (make one with `fabriclab calibrate`)") from None
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CalibrationError(f"{p}: not a calibration file (JSON): {e}") from None
+        if not isinstance(data, dict) or data.get("version") != CALIBRATION_VERSION:
+            raise CalibrationError(f"{p}: not a calibration file of version {CALIBRATION_VERSION}")
+        try:
+            fields = {f.name for f in dataclasses.fields(Sample)}
+            samples = tuple(Sample(**{k: v for k, v in s.items() if k in fields}) for s in data.get("samples", []))
+            cal = cls(float(data["goodput_share"]), float(data["per_transfer_emu_s"]), float(data["per_hop_emu_s"]),
+                      samples)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CalibrationError(f"{p}: a field is missing or malformed: {e}") from None
+        cal.check()
+        return cal
+
+
+def fit(samples: Sequence[Sample]) -> Calibration:
+    """The least-squares (1/g, a, h) of the samples (module docstring)."""
+    from scipy.optimize import lsq_linear
+
+    if len(samples) < 3:
+        raise CalibrationError(f"a fit of three parameters needs at least 3 samples, got {len(samples)}")
+    for s in samples:
+        if not (s.emulated_us > 0 and s.t0_us > 0 and s.dilation > 0):
+            raise CalibrationError(f"sample {s.kind} {s.size_bytes} B on {s.topology}: durations and dilation must "
+                                   "be > 0")
+    e = np.array([s.emulated_us for s in samples])
+    a = np.array([[s.t0_us, s.transfers_on_path / s.dilation * 1e6, s.hops_on_path / s.dilation * 1e6]
+                  for s in samples])
+    w = 1.0 / e
+    res = lsq_linear(a * w[:, None], e * w, bounds=([1.0, 0.0, 0.0], [np.inf, np.inf, np.inf]))
+    inv_g, per_transfer, per_hop = (float(x) for x in res.x)
+    cal = Calibration(min(1.0, 1.0 / inv_g), max(0.0, per_transfer), max(0.0, per_hop), tuple(samples))
+    cal.check()
+    return cal
+
+
+def micro_workload(n_ranks: int, sizes_bytes: Sequence[int]) -> Workload:
+    """One ring all-reduce per size over ranks 0..n-1, one after another (no timings)."""
+    colls = tuple(Collective("all_reduce", size, "float32", tuple(range(n_ranks)), "0", name=f"micro {size} B")
+                  for size in sizes_bytes)
+    step = Step(0, None, (), colls)
+    return Workload("microbenchmarks", "fabriclab.calibrate", "synthetic", n_ranks,
+                    tuple(RankTrace(r, (step,)) for r in range(n_ranks)), False)
+
+
+def micro_sizes_bytes(fabric: Fabric, dilation: float = MICRO_DILATION,
+                      transfer_emu_s: Sequence[float] = MICRO_TRANSFER_EMU_S) -> list[int]:
+    """Real all-reduce sizes whose ring transfers (size / hosts) take `transfer_emu_s` each on one
+    emulated host's NICs together, at the replay's default link scale and `dilation`."""
+    scale = default_mbps_per_gbps(fabric)
+    n = len(fabric.hosts)
+    host_bps = min(sum(p.rate_gbps for p in fabric.nics_of[h.name]) for h in fabric.hosts) * scale * 1e6
+    bytes_scale = dilation * scale / 1000
+    return [int(round(t * host_bps / 8 * n / bytes_scale)) for t in transfer_emu_s]
+
+
+def features(workload: Workload, fabric: Fabric, routing: str, options: ReplayOptions) -> list[tuple[float, float, float]]:
+    """Per collective of the workload: (T0 us, S, H) from the simulator (module docstring)."""
+    from traffic.replay.simulate import simulate_replay
+
+    def durations(sim: SimOptions) -> list[float]:
+        res = simulate_replay(workload, "microbenchmarks", fabric, routing, options, sim)
+        return [c.duration_real_us for c in res.collectives]
+
+    base = SimOptions(poll_s=0.0)
+    t0 = durations(base)
+    with_a = durations(dataclasses.replace(base, per_transfer_s=PROBE_S))
+    with_h = durations(dataclasses.replace(base, per_hop_s=PROBE_S))
+    return [(t, (ta - t) / (PROBE_S * 1e6), (th - t) / (PROBE_S * 1e6)) for t, ta, th in zip(t0, with_a, with_h)]
+
+
+EmulatedRun = Callable[[Workload, Fabric, str, ReplayOptions], RunResult]
+
+
+def calibrate(fabrics: Sequence[tuple[Fabric, str]], run_emulated: EmulatedRun,
+              dilation: float = MICRO_DILATION, log: Callable[[str], None] | None = None) -> Calibration:
+    """Run the microbenchmarks on each (fabric, routing) with `run_emulated` (the emulation replay), take
+    the simulator's features of the same collectives, and fit."""
+    samples: list[Sample] = []
+    for fab, routing in fabrics:
+        sizes = micro_sizes_bytes(fab, dilation)
+        w = micro_workload(len(fab.hosts), sizes)
+        opts = ReplayOptions(ranks=len(fab.hosts), dilation=dilation, ports="planned", algorithm="ring")
+        if log:
+            log(f"microbenchmarks on {fab.name} ({routing}): ring all-reduce of {', '.join(map(str, sizes))} B "
+                f"at dilation {dilation:g}")
+        emulated = run_emulated(w, fab, routing, opts)
+        feats = features(w, fab, routing, opts)
+        colls = sorted(emulated.collectives, key=lambda c: c.index)
+        if len(colls) != len(sizes):
+            raise CalibrationError(f"{fab.name}: {len(colls)} collectives emulated, {len(sizes)} expected")
+        for c, (t0, s, h) in zip(colls, feats):
+            samples.append(Sample(fab.name, routing, c.kind, c.size_bytes, dilation, c.duration_real_us, t0, s, h))
+    return fit(samples)
+
+
+@dataclass(frozen=True)
+class CrossRow:
+    index: int
+    step: int
+    kind: str
+    size_bytes: int
+    emulated_us: float
+    simulated_us: float
+    latency_share: float = 0.0  # of the simulated time, what the per-transfer and per-hop delays add
+
+    @property
+    def bandwidth_bound(self) -> bool:
+        """The delays make at most a quarter of the simulated time (LATENCY_BOUND_SHARE)."""
+        return self.latency_share <= LATENCY_BOUND_SHARE
+
+    @property
+    def difference(self) -> float:
+        """(simulated - emulated) / emulated."""
+        return (self.simulated_us - self.emulated_us) / self.emulated_us if self.emulated_us > 0 else math.nan
+
+
+def crosscheck_rows(emulated: RunResult, simulated: RunResult, bandwidth_only: RunResult | None = None) -> list[CrossRow]:
+    """The two runs' collectives side by side (the same plan: the same calls in the same order);
+    `bandwidth_only`: the simulation without the delays, for each collective's latency share."""
+    a = sorted(emulated.collectives, key=lambda c: c.index)
+    b = sorted(simulated.collectives, key=lambda c: c.index)
+    bw = sorted(bandwidth_only.collectives, key=lambda c: c.index) if bandwidth_only is not None else b
+    if not [(c.kind, c.size_bytes) for c in a] == [(c.kind, c.size_bytes) for c in b] == \
+            [(c.kind, c.size_bytes) for c in bw]:
+        raise CalibrationError("the emulated and simulated runs have different collectives")
+    return [CrossRow(x.index, x.step, x.kind, x.size_bytes, x.duration_real_us, y.duration_real_us,
+                     1.0 - z.duration_real_us / y.duration_real_us if y.duration_real_us > 0 else 0.0)
+            for x, y, z in zip(a, b, bw)]
+
+
+def crosscheck(workload: Workload, label: str, fabric: Fabric, routing: str, options: ReplayOptions, cal: Calibration,
+               run_emulated: EmulatedRun) -> tuple[list[CrossRow], RunResult, RunResult]:
+    """`workload` on the emulator (`run_emulated`), then on the simulator calibrated for that run's dilation."""
+    from traffic.replay.simulate import simulate_replay
+
+    emulated = run_emulated(workload, fabric, routing, options)
+    sim = cal.sim_options(emulated.meta.dilation, SimOptions(poll_s=0.0))
+    simulated = simulate_replay(workload, label, fabric, routing, options, sim)
+    bandwidth_only = simulate_replay(workload, label, fabric, routing, options,
+                                     dataclasses.replace(sim, per_transfer_s=0.0, per_hop_s=0.0))
+    return crosscheck_rows(emulated, simulated, bandwidth_only), emulated, simulated
+
+
+def format_rows(rows: Sequence[CrossRow]) -> str:
+    lines = [f"{'#':>3} {'step':>4} {'kind':<14} {'size B':>12} {'emulated us':>12} {'simulated us':>13} {'diff':>7}"
+             f" {'latency':>8}"]
+    for r in rows:
+        lines.append(f"{r.index:>3} {r.step:>4} {r.kind:<14} {r.size_bytes:>12} {r.emulated_us:>12.1f} "
+                     f"{r.simulated_us:>13.1f} {r.difference:>+7.1%} {r.latency_share:>8.0%}"
+                     + ("" if r.bandwidth_bound else "  latency-bound"))
+    e = sum(r.emulated_us for r in rows)
+    s = sum(r.simulated_us for r in rows)
+    lines.append(f"{'all':>3} {'':>4} {'':<14} {'':>12} {e:>12.1f} {s:>13.1f} {(s - e) / e if e else math.nan:>+7.1%}")
+    return "\n".join(lines)
+
+
+def format_calibration(cal: Calibration) -> str:
+    lines = [f"goodput share {cal.goodput_share:.4f}, per transfer {cal.per_transfer_emu_s * 1e3:.2f} ms emulated, "
+             f"per hop {cal.per_hop_emu_s * 1e3:.2f} ms emulated",
+             f"{'topology':<16} {'size B':>12} {'emulated us':>12} {'fitted us':>10} {'diff':>7}"]
+    for s in cal.samples:
+        p = cal.predict_us(s)
+        lines.append(f"{s.topology:<16} {s.size_bytes:>12} {s.emulated_us:>12.1f} {p:>10.1f} "
+                     f"{(p - s.emulated_us) / s.emulated_us:>+7.1%}")
+    return "\n".join(lines)

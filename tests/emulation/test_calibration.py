@@ -1,0 +1,83 @@
+"""The simulator calibrated on the emulator's microbenchmarks agrees with the emulator on real traces.
+
+The calibration (`fabriclab.calibrate`) sees only ring all-reduces of three sizes on idle dual-plane-16
+and pyramid-16; the traces it is then checked on (ResNet-50's first step: five all-reduces of 8-31 MB
+and two broadcasts; DLRM's two largest all-to-alls) it never sees. Both run on the emulator (real TCP
+bytes through the switches) and on the simulator with the fitted parameters at the emulated run's
+dilation. Every bandwidth-bound collective (the calibrated delays at most a quarter of its simulated time:
+all but ResNet's two small broadcasts, which go down a pipelined chain that the emulator forwards
+cut-through and the simulator does not) and each trace's total must agree within 15%. Each fabric runs with what it is built for: the
+dual-plane's adaptive routing with planned source ports, the pyramid's ECMP with hashed ones.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from pathlib import Path
+
+import pytest
+
+from fabric import topofile
+from fabriclab import calibrate as cal
+from fabriclab.replay import replay_on_emulation
+from traffic.replay import ReplayOptions, plan_replay
+from traffic.traces import load
+
+from tests.emulation.test_replay import first_steps, large_all_to_alls
+
+pytestmark = pytest.mark.emulation
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = Path(os.environ.get("FABRICLAB_TRACES", ROOT.parent / "shared" / "traces"))
+RESNET = TRACES / "kineto" / "resnet50_ddp_2xA100_rank0.json.gz"
+DLRM = TRACES / "kineto" / "dlrm_8xV100_step12"
+DP16 = topofile.load("dual-plane-16")
+PY16 = topofile.load("pyramid-16")
+#: the agreement asked of the calibrated simulator, per collective
+AGREEMENT = 0.15
+
+
+def run_emulated(w, fab, routing, opts):
+    return replay_on_emulation(w, w.source, fab, routing, opts)
+
+
+def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tmp_path):
+    c = cal.calibrate([(DP16, "adaptive"), (PY16, "adaptive")], run_emulated, log=print)
+    c.write(tmp_path / "calibration.json")
+    print(cal.format_calibration(c))
+    fit_err = [abs(c.predict_us(s) - s.emulated_us) / s.emulated_us for s in c.samples]
+    assert 0.6 < c.goodput_share <= 1.0
+    assert max(fit_err) <= 0.10, fit_err
+
+    resnet = first_steps(load(RESNET), 1)
+    dlrm = large_all_to_alls(load(DLRM), 20_000)
+    figures = {}
+    worst = []
+    # DLRM's all-to-alls at 4x the default dilation (as in test_replay: long against per-hop latency),
+    # repeated: on the oversubscribed pyramid one of two alike all-to-alls took 1.3 and the other 1.7 us
+    # (a TCP loss recovery the simulator does not model), so the median of four is compared
+    for name, w, dilation_x, repeat in (("resnet50", resnet, 1, 1), ("dlrm", dlrm, 4, 2)):
+        for fab, routing, ports in ((DP16, "adaptive", "planned"), (PY16, "ecmp", "hashed")):
+            dilation = dilation_x * plan_replay(w, DP16, ReplayOptions(ranks=16)).dilation
+            opts = ReplayOptions(ranks=16, ports=ports, dilation=dilation, repeat=repeat)
+            rows, emulated, _ = cal.crosscheck(w, name, fab, routing, opts, c, run_emulated)
+            print(f"{name} on {fab.name} ({routing}), dilation {dilation:.4g}\n{cal.format_rows(rows)}")
+            figures[f"{name}_{fab.name}"] = [round(r.difference, 3) for r in rows]
+            # every bandwidth-bound collective (kind and size; the median of its occurrences: DLRM's
+            # all-to-all runs twice), and the trace's communication time as a whole
+            by_collective: dict[tuple[str, int], list[cal.CrossRow]] = {}
+            for r in rows:
+                if r.bandwidth_bound:
+                    by_collective.setdefault((r.kind, r.size_bytes), []).append(r)
+            assert by_collective
+            for (kind, size), occ in by_collective.items():
+                e = statistics.median(r.emulated_us for r in occ)
+                s = statistics.median(r.simulated_us for r in occ)
+                worst.append((abs(s - e) / e, name, fab.name, kind, size))
+            e, s = sum(r.emulated_us for r in rows), sum(r.simulated_us for r in rows)
+            worst.append((abs(s - e) / e, name, fab.name, "all", 0))
+    from tests.emulation.test_multipath import record_figures
+    record_figures("sim_vs_emulation", calibration={"goodput_share": round(c.goodput_share, 4),
+                                                    "per_transfer_emu_ms": round(c.per_transfer_emu_s * 1e3, 2),
+                                                    "per_hop_emu_ms": round(c.per_hop_emu_s * 1e3, 2)},
+                   difference=figures)
+    assert max(worst)[0] <= AGREEMENT, sorted(worst)[-3:]

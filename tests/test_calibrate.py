@@ -1,0 +1,110 @@
+"""The calibration of the simulator against the emulator: its features, the fit and the file (no root).
+
+Expected values are worked by hand from the ring schedule: a ring all-reduce over n hosts is 2(n-1)
+steps one after another, each a transfer of S/n bytes per host; on dual-plane-16 (two 200G NICs per
+host, non-blocking leaves) a step drains in (S/n) x 8 / 400 Gbit/s. The slowest chain of deliveries runs
+through a sender whose neighbour sits on another leaf: 4 links per transfer (host, leaf, spine, leaf,
+host), so a delay h per hop adds 2(n-1) x 4 x h, and a delay a per transfer 2(n-1) x a.
+The emulation side (the microbenchmarks and the cross-check of real traces) is in
+tests/emulation/test_calibration.py.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fabric import topofile
+from fabriclab import calibrate as cal
+from fabriclab.cli import main
+from traffic.replay import ReplayOptions
+
+DP16 = topofile.load("dual-plane-16")
+
+
+def ring_sample(n: int, size: int, host_bps: float, hops: int, dilation: float, g: float, a_s: float,
+                h_s: float) -> cal.Sample:
+    """A ring all-reduce as the emulator would time it if the model held with (g, a, h) exactly."""
+    steps = 2 * (n - 1)
+    t0_us = steps * size / n * 8 / host_bps * 1e6
+    emulated_us = t0_us / g + steps * (a_s + hops * h_s) / dilation * 1e6
+    return cal.Sample("dual-plane-16", "adaptive", "all_reduce", size, dilation, emulated_us, t0_us, steps,
+                      steps * hops)
+
+
+def test_the_simulators_features_of_a_ring_are_the_hand_worked_ones():
+    n, size = 16, 64_000_000
+    w = cal.micro_workload(n, [size, 4 * size])
+    feats = cal.features(w, DP16, "adaptive", ReplayOptions(ranks=n, ports="planned", dilation=1.0))
+    for (t0_us, s, h), sz in zip(feats, (size, 4 * size)):
+        assert t0_us == pytest.approx(2 * (n - 1) * sz / n * 8 / 400e9 * 1e6, rel=1e-6)
+        assert s == pytest.approx(2 * (n - 1), rel=1e-4)
+        assert h == pytest.approx(2 * (n - 1) * 4, rel=1e-4)
+
+
+def test_the_fit_recovers_the_parameters_the_samples_were_made_with():
+    truth = dict(g=0.88, a_s=0.012, h_s=0.006)
+    samples = [ring_sample(16, size, 400e9, hops, 1e5, **truth)
+               for size in (4e8, 1.2e9, 3.6e9) for hops in (2, 4, 6)]
+    fitted = cal.fit(samples)
+    assert fitted.goodput_share == pytest.approx(truth["g"], rel=1e-6)
+    assert fitted.per_transfer_emu_s == pytest.approx(truth["a_s"], rel=1e-5)
+    assert fitted.per_hop_emu_s == pytest.approx(truth["h_s"], rel=1e-5)
+    assert all(fitted.predict_us(s) == pytest.approx(s.emulated_us, rel=1e-9) for s in samples)
+    # at dilation D the simulator is given the latencies divided by D
+    opts = fitted.sim_options(2e5)
+    assert opts.goodput_share == fitted.goodput_share
+    assert opts.per_transfer_s == pytest.approx(truth["a_s"] / 2e5, rel=1e-5)
+    assert opts.per_hop_s == pytest.approx(truth["h_s"] / 2e5, rel=1e-5)
+
+
+def test_the_fit_keeps_the_goodput_share_at_most_one_and_the_delays_non_negative():
+    # an emulator faster than the links' rate with negative latency cannot be represented: the
+    # constrained solution is g = 1, a = h = 0 here
+    samples = [ring_sample(16, size, 400e9, 4, 1e5, g=1.0, a_s=0.0, h_s=0.0) for size in (4e8, 1.2e9, 3.6e9)]
+    faster = [cal.Sample(**{**s.__dict__, "emulated_us": s.emulated_us * 0.9}) for s in samples]
+    fitted = cal.fit(faster)
+    assert fitted.goodput_share == pytest.approx(1.0, abs=1e-6) and fitted.goodput_share <= 1.0
+    assert 0 <= fitted.per_transfer_emu_s < 1e-6 and 0 <= fitted.per_hop_emu_s < 1e-6
+    with pytest.raises(cal.CalibrationError, match="at least 3 samples"):
+        cal.fit(samples[:2])
+
+
+def test_microbenchmark_sizes_take_the_asked_emulated_time_per_transfer():
+    # dual-plane-16 at the replay's default link scale: each 200G NIC at 1 Mbit/s, 2 Mbit/s per host;
+    # at dilation D bytes scale by D x 0.005 / 1000. A ring transfer is size / 16.
+    sizes = cal.micro_sizes_bytes(DP16, 1e5, (0.05, 0.2))
+    for size, t in zip(sizes, (0.05, 0.2)):
+        emu_transfer_bytes = size / 16 * 1e5 * 0.005 / 1000
+        assert emu_transfer_bytes * 8 / 2e6 == pytest.approx(t, rel=1e-6)
+
+
+def test_a_calibration_file_round_trips_and_bad_files_are_named(tmp_path: Path):
+    samples = [ring_sample(16, size, 400e9, 4, 1e5, g=0.9, a_s=0.01, h_s=0.0) for size in (4e8, 1.2e9, 3.6e9)]
+    c = cal.fit(samples)
+    path = tmp_path / "cal.json"
+    c.write(path)
+    back = cal.Calibration.read(path)
+    assert back.goodput_share == c.goodput_share and back.samples == c.samples
+    bad = tmp_path / "bad.json"
+    for text, match in (("{", "not a calibration file"), ('{"version": 99}', "version"),
+                        ('{"version": 1, "goodput_share": 0.9}', "missing or malformed"),
+                        ('{"version": 1, "goodput_share": 1.5, "per_transfer_emu_s": 0, "per_hop_emu_s": 0}',
+                         "goodput_share")):
+        bad.write_text(text)
+        with pytest.raises(cal.CalibrationError, match=match):
+            cal.Calibration.read(bad)
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(cal.CalibrationError, match="not a calibration file"):
+        cal.Calibration.read(bad)
+    with pytest.raises(cal.CalibrationError, match="no such calibration file"):
+        cal.Calibration.read(tmp_path / "missing.json")
+
+
+def test_crosscheck_with_a_bad_calibration_exits_2_naming_it(tmp_path: Path, capsys):
+    bad = tmp_path / "cal.json"
+    bad.write_text(json.dumps({"version": 1}))
+    assert main(["crosscheck", "--calibration", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert "cal.json" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
