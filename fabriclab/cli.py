@@ -582,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512, 1024], metavar="N",
                     help="GPUs (one per host); the smallest is the scaling base (default 128 256 512 1024)")
     cp.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
-    cp.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring; above 4096 GPUs its hierarchical form, as NCCL switches too)")
+    cp.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring; above 1024 GPUs its hierarchical form, as NCCL switches too)")
     cp.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
     cp.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
                     help="source ports (default auto: planned under adaptive routing, hashed otherwise)")

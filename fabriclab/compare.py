@@ -53,7 +53,7 @@ DEFAULT_SIZES = (128, 256, 512, 1024)
 #: Above this many GPUs a ring all-reduce runs in its hierarchical form (rings inside each leaf, rings
 #: across leaves): a flat ring over 16,384 ranks is 5.4e8 transfers of a few kB, latency-bound, and not
 #: what NCCL runs at that size either (it switches to trees and hierarchical algorithms).
-FLAT_RING_MAX = 4096
+FLAT_RING_MAX = 1024
 BUSY_UTIL, HOT_UTIL = 0.05, 0.9
 ROOT = Path(__file__).resolve().parents[1]
 

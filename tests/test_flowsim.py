@@ -6,6 +6,7 @@ characterisation of max-min fairness, and (where scipy is installed) a linear-pr
 formulation."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -274,6 +275,57 @@ def test_a_host_link_down_for_good_stalls_its_transfer():
     assert res.stalled == (0,)  # h0 (leafA0 port 5) -> h4 has no way out; the others finish
     assert np.isnan(res.job_end_s[0])
     assert not np.isnan(res.transfer_end_s[1:]).any()
+
+
+def test_a_job_waiting_for_a_stalled_one_never_starts_and_all_its_transfers_are_stalled():
+    fab = topofile.load("leaf-spine-16")
+    jobs = [leaf_to_leaf(fab, 2**20), dataclasses.replace(leaf_to_leaf(fab, 2**20), after=(0,))]
+    _, res = run("leaf-spine-16", jobs, link_events=[LinkEvent(0.0, "leafA0", 5)])
+    assert res.stalled == (0, 4, 5, 6, 7)  # job 0's h0 -> h4, and every transfer of job 1 (offset 4)
+    assert np.isnan(res.job_start_s[1]) and np.isnan(res.transfer_start_s[4:]).all()
+
+
+def test_jobs_one_after_another_share_one_pool_and_keep_their_transfer_times():
+    # five ring all-reduces over 8 hosts of leaf-spine-16, each after the one before: each takes
+    # 2(n-1) x (S/n) x 8 / 400 G (the non-blocking case above); job k's transfers end as job 0's, k
+    # all-reduces later. Only one job runs at a time, so the simulator's per-transfer state (its pool)
+    # never holds more than one job's transfers.
+    from fabric.flowsim.executor import _Run
+
+    fab = topofile.load("leaf-spine-16")
+    n, size = 8, 8 * 2**20
+    dag = schedule("all_reduce", size, list(range(n)), "ring")
+    jobs = [Job(dag, one_rank_per_host(fab, n), after=(k - 1,) if k else ()) for k in range(5)]
+    one_s = 2 * (n - 1) * size / n * 8 / 400e9
+    _, res = run("leaf-spine-16", jobs)
+    assert res.job_end_s == pytest.approx([one_s * (k + 1) for k in range(5)], rel=1e-9)
+    t = len(dag)
+    assert res.transfer_end_s[4 * t:] == pytest.approx(res.transfer_end_s[:t] + 4 * one_s, rel=1e-9)
+    policy = EcmpPolicy(PathTable(fab))
+    state = _Run(fab, policy, jobs, SimOptions(), [])
+    state.run()
+    assert state.cap == t
+    # without per-transfer times: the same job times, no per-transfer arrays
+    _, lean = run("leaf-spine-16", jobs, options=SimOptions(transfer_times=False))
+    assert np.array_equal(lean.job_end_s, res.job_end_s) and lean.transfer_end_s.size == 0
+
+
+def test_a_load_log_over_its_budget_keeps_every_links_bytes_at_a_coarser_resolution(monkeypatch):
+    # two flows of different lengths over the failed-uplink case give intervals of different loads;
+    # with a budget of a few entries the log is coarsened, and each link's bytes stay as they were
+    from fabric.flowsim import executor
+
+    fab = topofile.load("leaf-spine-16")
+    events = [LinkEvent(1e-5, "leafA0", 1), LinkEvent(3e-5, "leafA0", 1, up=True)]
+    jobs = [leaf_to_leaf(fab, 2**20), dataclasses.replace(leaf_to_leaf(fab, 2**21), start_s=2e-5)]
+    _, fine = run("leaf-spine-16", jobs, link_events=events)
+    monkeypatch.setattr(executor, "LOAD_LOG_ENTRIES", 20)
+    _, coarse = run("leaf-spine-16", jobs, link_events=events)
+    assert fine.coarsened == 0 and coarse.coarsened >= 1
+    assert len(coarse.edges_s) < len(fine.edges_s)
+    assert coarse.edges_s[0] == fine.edges_s[0] and coarse.edges_s[-1] == fine.edges_s[-1]
+    assert coarse.link_bytes() == pytest.approx(fine.link_bytes(), rel=1e-9, abs=1e-3)
+    assert np.array_equal(coarse.job_end_s, fine.job_end_s)
 
 
 def test_hashed_source_ports_collide_as_counted_by_hand():

@@ -24,7 +24,10 @@ latency beyond the overhead parameters, the replay's cut-through forwarding (a t
 for its dependencies in full; for bandwidth-bound collectives with equal shares the times agree),
 and transfers of one connection queueing in order (here they share the path's bandwidth).
 
-How it runs (the cost): transfers are handled in batches (all that become ready at one instant) on
+How it runs (the cost): only the jobs running at the moment hold per-transfer state (a pool, reused
+as jobs complete; jobs of one DAG share its arrays), so a replay of many calls needs the memory of
+its concurrent calls, not of all of them; `SimOptions.transfer_times=False` keeps no per-transfer
+times for the result either. Transfers are handled in batches (all that become ready at one instant) on
 numpy arrays, flows too; every connection's path is one row of a padded array, recomputed only when
 the routing changes (a link event or a congestion move). Max-min rates are memoised by the multiset of
 active connections and the routing's version: the steps of a ring, whose flows are alike, compute
@@ -59,6 +62,9 @@ from fabric.transfers import Placement, TransferColumns, TransferDag
 END_TOL = 1e-9
 #: memoised max-min results kept at most, by total flows held
 RATE_MEMO_FLOWS = 4_000_000
+#: the per-link load log holds at most this many (interval, link) entries; beyond, its resolution is
+#: halved (neighbouring intervals averaged, bytes kept): 8M entries are 128 MB
+LOAD_LOG_ENTRIES = 8_000_000
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,9 @@ class SimOptions:
     # bits are dropped): transfers of one step whose sizes differ by a byte end as one event, not as
     # two that let the steps drift apart event by event; the error is at most this per event
     resolution_s: float = 1e-9
+    # keep every transfer's start and end time for the result (`FlowSimResult.transfer_start_s`); off,
+    # only the jobs' times are kept, and memory holds only the jobs that run at the moment
+    transfer_times: bool = True
     # the share of a link's rate that carries the transfers' bytes (the rest: packet headers, ACKs), for
     # a calibration against the emulator (TCP over Ethernet at MTU 1500: ~1448 / 1514); 1: all of it
     goodput_share: float = 1.0
@@ -147,8 +156,48 @@ def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, opti
     return _Run(fabric, policy, list(jobs), opts, list(link_events)).run()
 
 
+#: the pool's arrays (`_Run`): one entry per transfer of every job that has started and not completed
+_POOL = ("t_src", "t_dst", "t_size", "t_job", "t_pair", "deps_left", "start_s", "end_s", "parts_left", "hops")
+
+
+class _Template:
+    """What every job of one DAG on one placement shares: its transfers' sender and receiver host
+    indexes, sizes, dependency counts, successors (CSR), the transfers without dependencies, and the
+    host pairs (sender x hosts + receiver) it uses; `pair`: each transfer's pair index among all the
+    run's pairs (-1: both ranks on one host), set by `locate_pairs`."""
+
+    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, n_hosts: int) -> None:
+        self.cols = cols  # kept: the run keys templates by the DAG object's id
+        self.src, self.dst = src, dst
+        self.size = cols.size_bytes
+        self.dep_count = np.diff(cols.dep_ptr)
+        self.succ_ptr, self.succ = cols.successors()
+        self.roots = np.flatnonzero(self.dep_count == 0).astype(np.intp)
+        remote = src != dst
+        self.keys = src * n_hosts + dst
+        self.remote = remote
+        self.pair_keys = np.unique(self.keys[remote])
+        self.pair = np.full(src.size, -1, dtype=np.intp)
+
+    @classmethod
+    def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
+        cols = job.columns
+        rank_host = np.full(max(cols.ranks, default=0) + 1, -1, dtype=np.intp)
+        for r in cols.ranks:
+            host = job.placement.host(r)
+            if host not in fabric.host_by_name:
+                raise FlowSimError(f"rank {r} is placed on {host!r}, not a host of fabric {fabric.name!r}")
+            rank_host[r] = host_index[host]
+        return cls(cols, rank_host[cols.src], rank_host[cols.dst], len(host_index))
+
+    def locate_pairs(self, pair_key: IntArray) -> None:
+        self.pair[self.remote] = np.searchsorted(pair_key, self.keys[self.remote])
+        del self.keys, self.remote
+
+
 class _Run:
-    """One simulation's state, as arrays: transfers by global index (job offset + index in its DAG),
+    """One simulation's state, as arrays: transfers by their index in the pool (the jobs running at
+    the moment, each in a range from `base[job]`; in the result, job offset + index in its DAG),
     connections by id, active flows in parallel arrays (a flow is one part of a transfer)."""
 
     def __init__(self, fabric: Fabric, policy: RoutingPolicy, jobs: list[Job], opts: SimOptions,
@@ -158,54 +207,41 @@ class _Run:
         self.goodput_bps = self.capacity_bps * opts.goodput_share  # what the transfers' bytes may use
         self.link_id = {l: i for i, l in enumerate(self.links)}
         host_index = {h.name: i for i, h in enumerate(fabric.hosts)}
+        # per distinct (DAG, placement): its transfers' hosts, sizes, dependency counts and successors
+        # (a replay's calls of one collective share them); the jobs' state lives in a pool (below)
+        self.templates: list[_Template] = []
+        by_key: dict[tuple[int, Placement], int] = {}
+        self.job_tpl: list[int] = []
         offsets: list[int] = []
-        src: list[IntArray] = []
-        dst: list[IntArray] = []
-        size: list[IntArray] = []
-        job_of: list[IntArray] = []
-        deps_left: list[IntArray] = []
-        succ_count: list[IntArray] = []
-        succ: list[IntArray] = []
         n = 0
         for k, j in enumerate(jobs):
             if j.start_s < 0 or not math.isfinite(j.start_s):
                 raise FlowSimError(f"job {j.dag.label or k}: start_s must be finite and >= 0")
-            cols = j.columns
-            rank_host = np.full(max(cols.ranks, default=0) + 1, -1, dtype=np.intp)
-            for r in cols.ranks:
-                host = j.placement.host(r)
-                if host not in fabric.host_by_name:
-                    raise FlowSimError(f"rank {r} is placed on {host!r}, not a host of fabric {fabric.name!r}")
-                rank_host[r] = host_index[host]
+            key = (id(j.dag), j.placement)
+            if key not in by_key:
+                by_key[key] = len(self.templates)
+                self.templates.append(_Template.of(j, fabric, host_index))
+            self.job_tpl.append(by_key[key])
             offsets.append(n)
-            src.append(rank_host[cols.src])
-            dst.append(rank_host[cols.dst])
-            size.append(cols.size_bytes)
-            job_of.append(np.full(len(cols), k, dtype=np.intp))
-            deps_left.append(np.diff(cols.dep_ptr))
-            ptr, nxt = cols.successors()
-            succ_count.append(np.diff(ptr))
-            succ.append(nxt + n)
-            n += len(cols)
+            n += len(self.templates[by_key[key]].size)
         self.offsets = tuple(offsets)
         self.n = n
-
-        def joined(parts: list[IntArray], dtype: type) -> IntArray:  # one job: its own arrays, no copy
-            if len(parts) == 1 and parts[0].dtype == dtype:
-                return parts[0]
-            return np.concatenate([np.zeros(0, dtype=dtype), *parts]).astype(dtype, copy=False)
-
-        self.t_src = joined(src, np.intp)
-        self.t_dst = joined(dst, np.intp)
-        self.t_size = joined(size, np.int64)
-        self.t_job = joined(job_of, np.intp)
-        self.deps_left = joined(deps_left, np.int64)
-        self.succ_ptr = np.concatenate([np.zeros(1, dtype=np.intp), np.cumsum(joined(succ_count, np.intp))])
-        self.succ = joined(succ, np.intp)
-        self.start_s = np.full(n, np.nan)
-        self.end_s = np.full(n, np.nan)
-        self.parts_left = np.zeros(n, dtype=np.int64)
-        self.hops = np.zeros(n, dtype=np.int64)
+        # the pool: the state of the transfers of every job that has started and not completed, each
+        # job in a contiguous range of it (`self.base`), reused once the job has completed
+        self.cap = 0
+        self.t_src = np.zeros(0, dtype=np.intp)
+        self.t_dst = np.zeros(0, dtype=np.intp)
+        self.t_size = np.zeros(0, dtype=np.int64)
+        self.t_job = np.zeros(0, dtype=np.intp)
+        self.t_pair = np.zeros(0, dtype=np.intp)
+        self.deps_left = np.zeros(0, dtype=np.int64)
+        self.start_s = np.zeros(0)
+        self.end_s = np.zeros(0)
+        self.parts_left = np.zeros(0, dtype=np.int64)
+        self.hops = np.zeros(0, dtype=np.int64)
+        self.base: dict[int, int] = {}  # active job -> its first index in the pool
+        self.kept_start: dict[int, FloatArray] = {}  # completed job -> its transfers' times (transfer_times)
+        self.kept_end: dict[int, FloatArray] = {}
         # jobs
         self.waiting = [len(set(j.after)) for j in jobs]  # jobs still to complete before this one may start
         self.dependents: list[list[int]] = [[] for _ in jobs]
@@ -220,8 +256,7 @@ class _Run:
         self.job_done_s = np.full(len(jobs), np.nan)
         # connections: per host pair (sender index, receiver index) a contiguous range of ids
         names = [h.name for h in fabric.hosts]
-        remote = self.t_src != self.t_dst
-        pair_keys = np.unique(self.t_src[remote] * len(names) + self.t_dst[remote]) if n else np.zeros(0, np.intp)
+        pair_keys = np.unique(np.concatenate([np.zeros(0, dtype=np.intp), *(t.pair_keys for t in self.templates)]))
         pairs = [(names[int(k) // len(names)], names[int(k) % len(names)]) for k in pair_keys]
         plan = plan_connections(fabric, policy.entropy, pairs, channels=opts.channels, ports=opts.ports,
                                 seed=opts.seed)
@@ -232,9 +267,8 @@ class _Run:
             pair_ptr.append(len(self.conns))
         self.pair_key = pair_keys.astype(np.intp)
         self.pair_ptr = np.asarray(pair_ptr, dtype=np.intp)
-        self.t_pair = np.full(n, -1, dtype=np.intp)
-        if remote.any():
-            self.t_pair[remote] = np.searchsorted(self.pair_key, self.t_src[remote] * len(names) + self.t_dst[remote])
+        for t in self.templates:
+            t.locate_pairs(self.pair_key)
         # every connection's path: a row of link indexes padded with -1 (all -1: dropped)
         self.width = 1
         self.conn_path = np.full((len(self.conns), 1), -1, dtype=np.intp)
@@ -272,6 +306,7 @@ class _Run:
         self.rate_updates = 0
         self.route_changes = 0
         self.events = 0  # instants at which something happened (flows ended, timed events)
+        self.coarsened = 0  # times the load log's resolution was halved (LOAD_LOG_ENTRIES)
         # congestion feedback: (switch, port) of each directed link leaving a switch
         self.egress_key: list[tuple[str, int] | None] = []
         for here, there in self.links:
@@ -391,17 +426,27 @@ class _Run:
         else:
             jobs, counts = np.unique(of, return_counts=True)
             jobs_counts = (jobs.tolist(), counts.tolist())
+        ready = []
+        for job, c in zip(*jobs_counts):
+            mine = g if len(jobs_counts[0]) == 1 else g[of == job]
+            base = self.base[job]
+            tpl = self.templates[self.job_tpl[job]]
+            local = mine - base
+            lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
+            k = hi - lo
+            total = int(k.sum())
+            if total:
+                nxt = tpl.succ[np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)] + base
+                np.subtract.at(self.deps_left, nxt, 1)
+                ready.append(nxt[self.deps_left[nxt] == 0])
         for job, c in zip(*jobs_counts):
             self.left[job] -= c
             if not self.left[job]:
                 self._job_done(job)
-        lo, hi = self.succ_ptr[g], self.succ_ptr[g + 1]
-        k = hi - lo
-        if not k.sum():
+                self._release(job)
+        if not ready:
             return np.zeros(0, dtype=np.intp)
-        nxt = self.succ[np.repeat(lo, k) + np.arange(k.sum()) - np.repeat(np.cumsum(k) - k, k)]
-        np.subtract.at(self.deps_left, nxt, 1)
-        return _distinct(nxt[self.deps_left[nxt] == 0])
+        return _distinct(ready[0] if len(ready) == 1 else np.concatenate(ready))
 
     def _job_done(self, j: int) -> None:
         self.job_done_s[j] = self.now
@@ -410,14 +455,53 @@ class _Run:
             if not self.waiting[k]:
                 self._push(max(self.now, self.jobs[k].start_s), 1, k)
 
+    def _allocate(self, j: int, n: int) -> int:
+        """A range of n free pool entries for job j (the first gap between active jobs that fits, or
+        the end, the pool grown as needed); returns its first index."""
+        at = 0
+        for b, size in sorted((self.base[k], len(self.templates[self.job_tpl[k]].size)) for k in self.base):
+            if b - at >= n:
+                break
+            at = max(at, b + size)
+        if at + n > self.cap:
+            cap = max(at + n, 2 * self.cap)
+            for name in _POOL:
+                old = getattr(self, name)
+                grown = np.zeros(cap, dtype=old.dtype)
+                grown[:old.size] = old
+                setattr(self, name, grown)
+            self.cap = cap
+        self.base[j] = at
+        return at
+
+    def _release(self, j: int) -> None:
+        """Job j completed: keep its transfers' times (if asked) and free its pool range."""
+        base = self.base.pop(j)
+        n = len(self.templates[self.job_tpl[j]].size)
+        if self.opts.transfer_times:
+            self.kept_start[j] = self.start_s[base:base + n].copy()
+            self.kept_end[j] = self.end_s[base:base + n].copy()
+
     def _start_job(self, j: int) -> None:
         self.job_begun_s[j] = self.now
         if not self.left[j]:  # an empty DAG completes as it starts
             self._job_done(j)
             return
-        base = self.offsets[j]
-        idx = np.arange(base, base + len(self.jobs[j].dag))
-        self._begin(idx[(self.deps_left[idx] == 0) & np.isnan(self.start_s[idx])])
+        tpl = self.templates[self.job_tpl[j]]
+        n = len(tpl.size)
+        base = self._allocate(j, n)
+        part = slice(base, base + n)
+        self.t_src[part] = tpl.src
+        self.t_dst[part] = tpl.dst
+        self.t_size[part] = tpl.size
+        self.t_job[part] = j
+        self.t_pair[part] = tpl.pair
+        self.deps_left[part] = tpl.dep_count
+        self.start_s[part] = np.nan
+        self.end_s[part] = np.nan
+        self.parts_left[part] = 0
+        self.hops[part] = 0
+        self._begin(tpl.roots + base)
 
     # ---- rates ---------------------------------------------------------------------------------
     def _crossings(self, flows: IntArray) -> tuple[IntArray, IntArray]:
@@ -475,6 +559,28 @@ class _Run:
         self.load_link.append(used)
         self.load_bps.append(rate)
         self.ptr.append(self.ptr[-1] + used.size)
+        if self.ptr[-1] > LOAD_LOG_ENTRIES:
+            self._coarsen()
+
+    def _coarsen(self) -> None:
+        """Halve the load log's resolution: each two neighbouring intervals become one, every link at
+        its time-weighted mean rate over both (the bytes each link carried are kept)."""
+        edges = np.asarray(self.edges)
+        k = edges.size - 1
+        n_links = len(self.links)
+        counts = np.diff(np.asarray(self.ptr))
+        interval = np.repeat(np.arange(k), counts)
+        links = np.concatenate(self.load_link)
+        bits = np.concatenate(self.load_bps) * np.diff(edges)[interval]
+        new_edges = edges[::2] if k % 2 == 0 else np.append(edges[::2], edges[-1])
+        keys, inverse = np.unique(interval // 2 * n_links + links, return_inverse=True)
+        pair = keys // n_links
+        rate = np.bincount(inverse, weights=bits) / np.diff(new_edges)[pair]
+        self.edges = new_edges.tolist()
+        self.ptr = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=new_edges.size - 1))]).tolist()
+        self.load_link = [(keys % n_links).astype(np.intp)]
+        self.load_bps = [rate]
+        self.coarsened += 1
 
     def _advance(self, until_s: float) -> None:
         if self.f_conn.size and until_s > self.now:
@@ -580,13 +686,33 @@ class _Run:
         return self._result()
 
     def _result(self) -> FlowSimResult:
+        starts: list[FloatArray] = []
+        ends: list[FloatArray] = []
+        stalled: list[IntArray] = []
+        for j in range(len(self.jobs)):
+            n = len(self.templates[self.job_tpl[j]].size)
+            if j in self.base:  # started, never completed: its undelivered transfers stalled
+                part = slice(self.base[j], self.base[j] + n)
+                start, end = self.start_s[part].copy(), self.end_s[part].copy()
+                stalled.append(self.offsets[j] + np.flatnonzero(np.isnan(end)))
+            elif j in self.kept_start:
+                start, end = self.kept_start[j], self.kept_end[j]
+            else:
+                start, end = np.full(n, np.nan), np.full(n, np.nan)
+                if self.left[j]:  # never started (it waited for a job that never completed)
+                    stalled.append(self.offsets[j] + np.arange(n))
+            if self.opts.transfer_times:
+                starts.append(start)
+                ends.append(end)
         return FlowSimResult(
             links=self.links, capacity_bps=self.capacity_bps, job_offsets=self.offsets,
             job_start_s=self.job_begun_s, job_end_s=self.job_done_s,
-            transfer_start_s=self.start_s, transfer_end_s=self.end_s,
+            transfer_start_s=np.concatenate([np.zeros(0), *starts]),
+            transfer_end_s=np.concatenate([np.zeros(0), *ends]),
             edges_s=np.asarray(self.edges, dtype=float), load_ptr=np.asarray(self.ptr, dtype=np.intp),
             load_link=np.concatenate([np.zeros(0, dtype=np.intp), *self.load_link]),
             load_bps=np.concatenate([np.zeros(0), *self.load_bps]),
             rate_updates=self.rate_updates, route_changes=self.route_changes, polls=self.polls, events=self.events,
+            coarsened=self.coarsened,
             congestion_moves=self.congestion_moves,
-            stalled=tuple(int(g) for g in np.flatnonzero(np.isnan(self.end_s))))
+            stalled=tuple(int(g) for g in np.concatenate([np.zeros(0, dtype=np.intp), *stalled])))

@@ -5,7 +5,9 @@ is piecewise constant between events: interval k runs from `edges_s[k]` to `edge
 the directed links that carry traffic in it, with their rates, are kept sparse (CSR-like:
 `load_ptr[k]:load_ptr[k + 1]` index `load_link` and `load_bps`); `link_rate_bps()` expands it.
 Consecutive events that leave the allocation as it was (the steps of a ring, whose flows are alike)
-extend one interval rather than adding one each: `events` counts the events.
+extend one interval rather than adding one each: `events` counts the events. A log that would
+exceed `executor.LOAD_LOG_ENTRIES` entries has its resolution halved as it grows (neighbouring
+intervals averaged, the bytes every link carried kept): `coarsened` says how many times.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class FlowSimResult:
     stalled: tuple[int, ...]  # transfers never delivered (a flow with no live path at the end)
     polls: int = 0  # congestion feedback rounds (SimOptions.poll_s)
     congestion_moves: int = 0  # slots the policy moved on load
+    coarsened: int = 0  # times the load log's time resolution was halved
     events: int = 0  # instants at which flows ended or timed events (starts, deliveries, link events, polls) ran
 
     @property

@@ -83,7 +83,8 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
     sim = sim or SimOptions()
     wall0, t0 = time.time(), time.monotonic()
     plan = plan_for_simulation(workload, fabric, options)
-    sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed)
+    sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed,
+                              transfer_times=False)  # the report needs the calls' times only
     policy = load_policy(routing)(PathTable(fabric))
     ecmp = ecmp_collisions(fabric, policy, simulated_connections(plan, policy, sim))  # every link up
     jobs = []
