@@ -427,7 +427,7 @@ class _Run:
             jobs, counts = np.unique(of, return_counts=True)
             jobs_counts = (jobs.tolist(), counts.tolist())
         ready = []
-        for job, c in zip(*jobs_counts):
+        for job in jobs_counts[0]:
             mine = g if len(jobs_counts[0]) == 1 else g[of == job]
             base = self.base[job]
             tpl = self.templates[self.job_tpl[job]]
