@@ -11,7 +11,8 @@ NIC; dual-plane: two 200G NICs, one per plane).
 
 The all-reduce is a ring (`--algorithm`) up to `FLAT_RING_MAX` GPUs and its hierarchical form above
 (the row's `algorithm` says which). The simulator plans on arrays (`plan_replay(placed=False)`,
-`schedule_columns`), so 16,384 GPUs plan and run in minutes.
+`schedule_columns`) and the simulator holds the state of the running calls only, so 16,384 GPUs plan
+in seconds and run in bounded memory (not fast: with hashed ECMP the flows fall out of step; README).
 
 Per row (definitions in DESIGN.md; times real):
 - step time mean and p99 over the steps (composed from the trace's compute with the simulated
