@@ -11,9 +11,7 @@ dual-plane's adaptive routing with planned source ports, the pyramid's ECMP with
 """
 from __future__ import annotations
 
-import os
 import statistics
-from pathlib import Path
 
 import pytest
 
@@ -23,14 +21,9 @@ from fabriclab.replay import replay_on_emulation
 from traffic.replay import ReplayOptions, plan_replay
 from traffic.traces import load
 
-from tests.emulation.test_replay import first_steps, large_all_to_alls
+from tests.emulation.test_replay import DLRM, DP16, RESNET, first_steps, large_all_to_alls
 
 pytestmark = pytest.mark.emulation
-ROOT = Path(__file__).resolve().parents[2]
-TRACES = Path(os.environ.get("FABRICLAB_TRACES", ROOT.parent / "shared" / "traces"))
-RESNET = TRACES / "kineto" / "resnet50_ddp_2xA100_rank0.json.gz"
-DLRM = TRACES / "kineto" / "dlrm_8xV100_step12"
-DP16 = topofile.load("dual-plane-16")
 PY16 = topofile.load("pyramid-16")
 #: the agreement asked of the calibrated simulator, per collective
 AGREEMENT = 0.15
