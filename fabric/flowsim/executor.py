@@ -157,7 +157,9 @@ def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, opti
 
 
 #: the pool's arrays (`_Run`): one entry per transfer of every job that has started and not completed
-_POOL = ("t_src", "t_dst", "t_size", "t_job", "t_pair", "deps_left", "start_s", "end_s", "parts_left", "hops")
+_POOL = {"t_src": np.intp, "t_dst": np.intp, "t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
+         "deps_left": np.int64, "start_s": np.float64, "end_s": np.float64, "parts_left": np.int64,
+         "hops": np.int64}
 
 
 class _Template:
@@ -225,20 +227,13 @@ class _Run:
             offsets.append(n)
             n += len(self.templates[by_key[key]].size)
         self.offsets = tuple(offsets)
-        self.n = n
         # the pool: the state of the transfers of every job that has started and not completed, each
         # job in a contiguous range of it (`self.base`), reused once the job has completed
         self.cap = 0
-        self.t_src = np.zeros(0, dtype=np.intp)
-        self.t_dst = np.zeros(0, dtype=np.intp)
-        self.t_size = np.zeros(0, dtype=np.int64)
-        self.t_job = np.zeros(0, dtype=np.intp)
-        self.t_pair = np.zeros(0, dtype=np.intp)
-        self.deps_left = np.zeros(0, dtype=np.int64)
-        self.start_s = np.zeros(0)
-        self.end_s = np.zeros(0)
-        self.parts_left = np.zeros(0, dtype=np.int64)
-        self.hops = np.zeros(0, dtype=np.int64)
+        self.t_src = self.t_dst = self.t_job = self.t_pair = np.zeros(0, dtype=np.intp)
+        self.t_size = self.deps_left = self.parts_left = self.hops = np.zeros(0, dtype=np.int64)
+        self.start_s = self.end_s = np.zeros(0)
+        self._grow(0)  # each its own array
         self.base: dict[int, int] = {}  # active job -> its first index in the pool
         self.kept_start: dict[int, FloatArray] = {}  # completed job -> its transfers' times (transfer_times)
         self.kept_end: dict[int, FloatArray] = {}
@@ -464,15 +459,18 @@ class _Run:
                 break
             at = max(at, b + size)
         if at + n > self.cap:
-            cap = max(at + n, 2 * self.cap)
-            for name in _POOL:
-                old = getattr(self, name)
-                grown = np.zeros(cap, dtype=old.dtype)
-                grown[:old.size] = old
-                setattr(self, name, grown)
-            self.cap = cap
+            self._grow(max(at + n, 2 * self.cap))
         self.base[j] = at
         return at
+
+    def _grow(self, cap: int) -> None:
+        """The pool's arrays at `cap` entries, what they hold kept."""
+        for name, dtype in _POOL.items():
+            old = getattr(self, name)
+            grown = np.zeros(cap, dtype=dtype)
+            grown[:old.size] = old[:cap]
+            setattr(self, name, grown)
+        self.cap = cap
 
     def _release(self, j: int) -> None:
         """Job j completed: keep its transfers' times (if asked) and free its pool range."""
