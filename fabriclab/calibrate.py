@@ -16,7 +16,7 @@ at the dilation of the run it is compared with. g is the same in both units.
 
 Fitted on microbenchmarks only (`MICRO_TRANSFER_EMU_S`): one ring all-reduce over every host of each
 fabric given, at several sizes, on the idle emulated fabric, at a fixed dilation so the sizes differ
-in emulated time. For each, the simulator gives the three features of the model, linear in (1/g, a, h)
+in emulated time, each `MICRO_REPEAT` times, the fastest taken (stalls only add time). For each, the simulator gives the three features of the model, linear in (1/g, a, h)
 for a collective whose steps are alike (a ring): T0, its time with no overhead at the links' full
 rate; S, the transfers on its critical path (seconds added per second of per-transfer delay); H, the
 hops on its critical path. The fit is the least-squares solution of E = T0 / g + S a / D + H h / D
@@ -53,6 +53,9 @@ from traffic.workload import Collective, RankTrace, Step, Workload
 MICRO_TRANSFER_EMU_S = (0.05, 0.15, 0.45)
 #: The dilation the microbenchmarks run at (any fixed value: the sizes are chosen in emulated time).
 MICRO_DILATION = 100_000.0
+#: Each microbenchmark runs this many times; the fit takes the fastest, because the userspace datapath
+#: stalls for tens of milliseconds with no fault (PLATFORM.md), which only ever adds time.
+MICRO_REPEAT = 2
 #: A delay added in the simulator to measure a collective's sensitivity to it (features S and H), seconds.
 PROBE_S = 1e-6
 CALIBRATION_VERSION = 1
@@ -200,9 +203,13 @@ EmulatedRun = Callable[[Workload, Fabric, str, ReplayOptions], RunResult]
 
 
 def calibrate(fabrics: Sequence[tuple[Fabric, str]], run_emulated: EmulatedRun,
-              dilation: float = MICRO_DILATION, log: Callable[[str], None] | None = None) -> Calibration:
-    """Run the microbenchmarks on each (fabric, routing) with `run_emulated` (the emulation replay), take
-    the simulator's features of the same collectives, and fit."""
+              dilation: float = MICRO_DILATION, log: Callable[[str], None] | None = None,
+              repeat: int = MICRO_REPEAT) -> Calibration:
+    """Run the microbenchmarks on each (fabric, routing) with `run_emulated` (the emulation replay),
+    `repeat` times each, take the simulator's features of the same collectives, and fit to the fastest
+    emulated run of each."""
+    if repeat < 1:
+        raise CalibrationError(f"repeat must be >= 1, got {repeat}")
     samples: list[Sample] = []
     for fab, routing in fabrics:
         sizes = micro_sizes_bytes(fab, dilation)
@@ -210,14 +217,21 @@ def calibrate(fabrics: Sequence[tuple[Fabric, str]], run_emulated: EmulatedRun,
         opts = ReplayOptions(ranks=len(fab.hosts), dilation=dilation, ports="planned", algorithm="ring")
         if log:
             log(f"microbenchmarks on {fab.name} ({routing}): ring all-reduce of {', '.join(map(str, sizes))} B "
-                f"at dilation {dilation:g}")
-        emulated = run_emulated(w, fab, routing, opts)
+                f"at dilation {dilation:g}, {repeat} time(s) each")
+        emulated = run_emulated(w, fab, routing, dataclasses.replace(opts, repeat=repeat))
         feats = features(w, fab, routing, opts)
         colls = sorted(emulated.collectives, key=lambda c: c.index)
-        if len(colls) != len(sizes):
-            raise CalibrationError(f"{fab.name}: {len(colls)} collectives emulated, {len(sizes)} expected")
-        for c, (t0, s, h) in zip(colls, feats):
-            samples.append(Sample(fab.name, routing, c.kind, c.size_bytes, dilation, c.duration_real_us, t0, s, h))
+        if len(colls) != len(sizes) * repeat:
+            raise CalibrationError(f"{fab.name}: {len(colls)} collectives emulated, {len(sizes) * repeat} expected")
+        # the steps loop: the i-th collective is the (i mod sizes)-th microbenchmark
+        fastest: dict[int, float] = {}
+        for i, c in enumerate(colls):
+            if c.size_bytes != sizes[i % len(sizes)]:
+                raise CalibrationError(f"{fab.name}: collective {i} has {c.size_bytes} B, "
+                                       f"{sizes[i % len(sizes)]} B expected")
+            fastest[i % len(sizes)] = min(fastest.get(i % len(sizes), math.inf), c.duration_real_us)
+        for k, (t0, s, h) in enumerate(feats):
+            samples.append(Sample(fab.name, routing, colls[k].kind, sizes[k], dilation, fastest[k], t0, s, h))
     return fit(samples)
 
 

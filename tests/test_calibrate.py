@@ -71,6 +71,43 @@ def test_the_fit_keeps_the_goodput_share_at_most_one_and_the_delays_non_negative
         cal.fit(samples[:2])
 
 
+def test_calibrate_fits_the_fastest_of_the_repeated_microbenchmarks_and_names_a_short_run():
+    # an "emulator" that times dual-plane-16's ring by hand (2(n-1) steps of size/n at the host's 400G,
+    # each with a + 4 hops x h of delay at the dilation) and stalls some repeats: the fit must see
+    # through the stalls (a stall only adds time, so the fastest repeat is the clean one)
+    from types import SimpleNamespace
+
+    n, g, a_s, h_s = 16, 0.9, 0.008, 0.001
+    stalled = {1: 1.4, 3: 1.25}  # the collective's position in the looped run -> time factor
+
+    def by_hand(size: int, dilation: float) -> float:
+        steps = 2 * (n - 1)
+        return steps * size / n * 8 / 400e9 * 1e6 / g + steps * (a_s + 4 * h_s) / dilation * 1e6
+
+    def run(w, fab, routing, opts):
+        assert fab is DP16 and opts.repeat == 2 and opts.algorithm == "ring"
+        sizes = [c.size_bytes for c in w.ranks[0].steps[0].collectives]
+        colls = [SimpleNamespace(index=i, kind="all_reduce", size_bytes=sizes[i % 3],
+                                 duration_real_us=by_hand(sizes[i % 3], opts.dilation) * stalled.get(i, 1.0))
+                 for i in range(3 * opts.repeat)]
+        return SimpleNamespace(collectives=colls[::-1])  # in any order: the index says which
+
+    fitted = cal.calibrate([(DP16, "adaptive")], run, repeat=2)
+    assert len(fitted.samples) == 3
+    for smp in fitted.samples:
+        assert smp.emulated_us == pytest.approx(by_hand(smp.size_bytes, smp.dilation), rel=1e-9)
+        assert fitted.predict_us(smp) == pytest.approx(smp.emulated_us, rel=1e-3)
+    assert fitted.goodput_share == pytest.approx(g, rel=1e-3)
+    # one fabric, one hop count: only a + 4h is determined
+    assert fitted.per_transfer_emu_s + 4 * fitted.per_hop_emu_s == pytest.approx(a_s + 4 * h_s, rel=1e-2)
+
+    def short(w, fab, routing, opts):
+        return SimpleNamespace(collectives=run(w, fab, routing, opts).collectives[:5])
+
+    with pytest.raises(cal.CalibrationError, match="5 collectives emulated, 6 expected"):
+        cal.calibrate([(DP16, "adaptive")], short, repeat=2)
+
+
 def test_microbenchmark_sizes_take_the_asked_emulated_time_per_transfer():
     # dual-plane-16 at the replay's default link scale: each 200G NIC at 1 Mbit/s, 2 Mbit/s per host;
     # at dilation D bytes scale by D x 0.005 / 1000. A ring transfer is size / 16.

@@ -21,10 +21,9 @@ import pytest
 from fabric import topofile
 from fabriclab import calibrate as cal
 from fabriclab.replay import replay_on_emulation
-from traffic.replay import ReplayOptions, plan_replay
+from tests.emulation.shared_runs import emulated
+from tests.emulation.test_replay import DLRM, DLRM_REPEAT, DP16, RESNET, at_dilation, first_steps, large_all_to_alls
 from traffic.traces import load
-
-from tests.emulation.test_replay import DLRM, DP16, RESNET, first_steps, large_all_to_alls
 
 pytestmark = pytest.mark.emulation
 PY16 = topofile.load("pyramid-16")
@@ -58,12 +57,15 @@ def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tm
     # DLRM's all-to-alls at 4x the default dilation (as in test_replay: long against per-hop latency),
     # repeated: on the oversubscribed pyramid one of two alike all-to-alls took 1.3 and the other 1.7 us
     # (a TCP loss recovery the simulator does not model), so the median of four is compared
-    for name, w, dilation_x, repeat in (("resnet50", resnet, 1, 1), ("dlrm", dlrm, 4, 2)):
+    # the emulated runs are test_replay's (tests/emulation/shared_runs.py: emulated once per session)
+    for name, w, dilation_x, repeat in (("resnet50", resnet, 1, 1), ("dlrm", dlrm, 4, DLRM_REPEAT)):
+        def run_shared(w, fab, routing, opts, name=name):
+            return emulated(name, w, w.source, fab, routing, opts)
+
         for fab, routing, ports in ((DP16, "adaptive", "planned"), (PY16, "ecmp", "hashed")):
-            dilation = dilation_x * plan_replay(w, DP16, ReplayOptions(ranks=16)).dilation
-            opts = ReplayOptions(ranks=16, ports=ports, dilation=dilation, repeat=repeat)
-            rows, emulated, _ = cal.crosscheck(w, name, fab, routing, opts, c, run_emulated)
-            print(f"{name} on {fab.name} ({routing}), dilation {dilation:.4g}\n{cal.format_rows(rows)}")
+            opts = at_dilation(w, dilation_x, ports=ports, repeat=repeat)
+            rows, _, _ = cal.crosscheck(w, name, fab, routing, opts, c, run_shared)
+            print(f"{name} on {fab.name} ({routing}), dilation {opts.dilation:.4g}\n{cal.format_rows(rows)}")
             figures[f"{name}_{fab.name}"] = [round(r.difference, 3) for r in rows]
             # every bandwidth-bound collective (kind and size; the median of its occurrences: DLRM's
             # all-to-all runs twice), and the trace's communication time as a whole
