@@ -1,7 +1,8 @@
 """The flow-level simulator's cost: one training step's all-reduce at 1024 and 16,384 GPUs (no root).
 
     .venv/bin/python benchmarks/flowsim.py [--hosts 1024 16384] [--topology dual-plane-1024 pyramid-1024]
-                                           [--algorithm ring] [--size-mb 100] [--json FILE]
+                                           [--algorithm ring] [--size-mb 100] [--lockstep off on]
+                                           [--json FILE]
 
 Each (topology, hosts) runs in a fresh process, so its peak memory is its own. There:
 - set-up, timed apart: the fabric built at that size (`fabric.topofile.scaled`), its path table and
@@ -18,6 +19,8 @@ Each (topology, hosts) runs in a fresh process, so its peak memory is its own. T
   plain Python (`max_min_rates_reference`: a correct, straightforward implementation, lists and loops,
   no numpy; the baseline of a speed ratio, labelled as what it is), both timed on the same inputs,
   and their rates checked equal.
+`--lockstep off on` runs every configuration both ways: the exact DAG, and with the collective's steps
+in lockstep (`SimOptions.lockstep`, what `fabriclab compare` uses above 1024 GPUs), each row labelled.
 Targets (issue "The scale backend"): one step <= 1 s at 1024 GPUs and <= 30 s at 16,384 here.
 """
 from __future__ import annotations
@@ -39,7 +42,7 @@ def peak_rss_mb() -> float:
 
 
 def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_samples: int,
-        flat_ring_max: int) -> dict[str, Any]:
+        flat_ring_max: int, lockstep: bool = False) -> dict[str, Any]:
     import numpy as np
 
     from fabric import topofile
@@ -76,7 +79,7 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     executor.max_min_rates = recording
     try:
         t1 = time.perf_counter()
-        res = simulate(fab, policy, [Job(dag, placement)], options=SimOptions(ports="planned"))
+        res = simulate(fab, policy, [Job(dag, placement)], options=SimOptions(ports="planned", lockstep=lockstep))
         step_s = time.perf_counter() - t1
     finally:
         executor.max_min_rates = real
@@ -93,7 +96,7 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
         slow = max_min_rates_reference(paths, cap.tolist())
         ref_s += time.perf_counter() - a
         worst = max(worst, float(np.max(np.abs(fast - np.asarray(slow)) / np.maximum(1.0, np.asarray(slow)))))
-    return {"topology": topology, "fabric": fab.name, "hosts": hosts, "algorithm": algorithm,
+    return {"topology": topology, "fabric": fab.name, "hosts": hosts, "algorithm": algorithm, "lockstep": lockstep,
             "size_bytes": size_bytes, "transfers": len(dag), "dag_build_s": build_s, "events": res.events,
             "setup_s": setup_s, "setup_peak_mb": setup_mb,
             "step_s": step_s, "peak_mb": peak_rss_mb(), "rate_updates": res.rate_updates,
@@ -113,41 +116,43 @@ def main() -> int:
     ap.add_argument("--ratio-samples", type=int, default=20)
     ap.add_argument("--flat-ring-max", type=int, default=4096,
                     help="above this many hosts --algorithm ring runs as hierarchical (default 4096)")
+    ap.add_argument("--lockstep", nargs="+", choices=["off", "on"], default=["off"],
+                    help="run each configuration exactly (off), in lockstep (on), or both (default off)")
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="per configuration")
     ap.add_argument("--json", help="also write the rows here")
-    ap.add_argument("--one", nargs=2, metavar=("TOPOLOGY", "HOSTS"), help=argparse.SUPPRESS)
+    ap.add_argument("--one", nargs=3, metavar=("TOPOLOGY", "HOSTS", "LOCKSTEP"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     size = int(args.size_mb * 1e6)
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]), args.algorithm, size, args.ratio_samples,
-                             args.flat_ring_max)))
+                             args.flat_ring_max, args.one[2] == "on")))
         return 0
     rows = []
-    for topology in args.topology:
-        for hosts in args.hosts:
-            cmd = [sys.executable, __file__, "--one", topology, str(hosts), "--algorithm", args.algorithm,
-                   "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples),
-                   "--flat-ring-max", str(args.flat_ring_max)]
-            try:
-                out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
-            except subprocess.TimeoutExpired:
-                print(f"{topology} at {hosts}: over {args.timeout_s:g} s, stopped", flush=True)
-                rows.append({"topology": topology, "hosts": hosts, "error": f"timeout {args.timeout_s:g} s"})
-                continue
-            if out.returncode != 0:
-                err = (out.stderr.strip().splitlines() or ["?"])[-1]
-                print(f"{topology} at {hosts}: failed: {err}", flush=True)
-                rows.append({"topology": topology, "hosts": hosts, "error": err})
-                continue
-            r = json.loads(out.stdout)
-            rows.append(r)
-            print(f"{r['fabric']:>18} {r['algorithm']}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB); "
-                  f"DAG built in {r['dag_build_s']:.1f} s; one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, "
-                  f"{r['transfers']} transfers, {r['events']} events, "
-                  f"{r['rate_updates']} rate computations, simulated {r['simulated_s'] * 1e3:.2f} ms; rate "
-                  f"computation on {r['ratio_samples']} samples of {r['flows_per_sample']:.0f} flows: vectorised "
-                  f"{r['vectorised_s'] * 1e3:.1f} ms, pure-Python reference {r['reference_s'] * 1e3:.1f} ms "
-                  f"({r['speed_ratio']:.1f}x; largest relative difference {r['max_rel_diff']:.1e})", flush=True)
+    for topology, hosts, lock in ((t, h, m) for t in args.topology for h in args.hosts for m in args.lockstep):
+        cmd = [sys.executable, __file__, "--one", topology, str(hosts), lock, "--algorithm", args.algorithm,
+               "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples),
+               "--flat-ring-max", str(args.flat_ring_max)]
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            print(f"{topology} at {hosts}: over {args.timeout_s:g} s, stopped", flush=True)
+            rows.append({"topology": topology, "hosts": hosts, "error": f"timeout {args.timeout_s:g} s"})
+            continue
+        if out.returncode != 0:
+            err = (out.stderr.strip().splitlines() or ["?"])[-1]
+            print(f"{topology} at {hosts}: failed: {err}", flush=True)
+            rows.append({"topology": topology, "hosts": hosts, "error": err})
+            continue
+        r = json.loads(out.stdout)
+        rows.append(r)
+        kind = r["algorithm"] + (" lockstep" if r["lockstep"] else "")
+        print(f"{r['fabric']:>18} {kind}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB); "
+              f"DAG built in {r['dag_build_s']:.1f} s; one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, "
+              f"{r['transfers']} transfers, {r['events']} events, "
+              f"{r['rate_updates']} rate computations, simulated {r['simulated_s'] * 1e3:.2f} ms; rate "
+              f"computation on {r['ratio_samples']} samples of {r['flows_per_sample']:.0f} flows: vectorised "
+              f"{r['vectorised_s'] * 1e3:.1f} ms, pure-Python reference {r['reference_s'] * 1e3:.1f} ms "
+              f"({r['speed_ratio']:.1f}x; largest relative difference {r['max_rel_diff']:.1e})", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0

@@ -354,10 +354,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     with _progress_bar(args.json, "config", "compare") as progress:
         rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
-                           cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs, progress=progress)
+                           cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs, progress=progress,
+                           lockstep=args.lockstep)
     seed = cmp.seed_check(rows)
     meta = {"trace": label, "series": [dataclasses.asdict(s) for s in series], "sizes": sorted(set(args.sizes)),
-            "options": options, "sim": dataclasses.asdict(sim), "wall_s": time.monotonic() - t0}
+            "options": options, "sim": dataclasses.asdict(sim), "lockstep": args.lockstep,
+            "wall_s": time.monotonic() - t0}
     paths = cmp.write(rows, seed, Path(args.out), meta)
     if args.json:
         print(paths[0].read_text())
@@ -436,8 +438,9 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
                              ports=ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0)
         rows, emulated, _ = cal_mod.crosscheck(workload, label, fab, routing, opts, cal, _emulated_runner(args))
         out.append({"topology": fab.name, "routing": routing, "dilation": emulated.meta.dilation,
-                    "collectives": [dataclasses.asdict(r) | {"difference": r.difference, "bandwidth_bound": r.bandwidth_bound}
-                                    for r in rows]})
+                    "collectives": [dataclasses.asdict(r) | {"difference": r.difference,
+                                                             "bandwidth_bound": r.bandwidth_bound,
+                                                             "comparable": r.comparable} for r in rows]})
         if not args.json:
             print(f"{label} on {fab.name} ({routing}), emulated at dilation {emulated.meta.dilation:.4g}; "
                   f"simulated with the calibration of {args.calibration}")
@@ -591,6 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--compute-gap-us", type=float, default=None,
                     help="compute before each collective, for traces without timings")
     _sim_args(cp)
+    cp.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
+                    help="run each collective's steps in lockstep, each waiting for all of the step before "
+                         "(default auto: above 1024 GPUs, where the exact dependencies can take hours)")
     cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores)")
     cp.add_argument("--cache", default="results/compare/cache",
                     help="where rows are cached by content (default results/compare/cache)")

@@ -12,7 +12,11 @@ NIC; dual-plane: two 200G NICs, one per plane).
 The all-reduce is a ring (`--algorithm`) up to `FLAT_RING_MAX` GPUs and its hierarchical form above
 (the row's `algorithm` says which). The simulator plans on arrays (`plan_replay(placed=False)`,
 `schedule_columns`) and the simulator holds the state of the running calls only, so 16,384 GPUs plan
-in seconds and run in bounded memory (not fast: with hashed ECMP the flows fall out of step; README).
+in seconds and run in bounded memory. Above `FLAT_RING_MAX` the collectives also run in lockstep
+(`SimOptions.lockstep`, `lockstep="auto"`; the row's `lockstep` says so): each step of a collective
+waits for all of the step before, so flows that hashed ECMP slows do not drift apart event by event.
+A ring runs at its slowest hop's pace either way (measured: the same job times on the 16-host
+fabrics with collisions, tests/test_flowsim.py); the exact DAG at 1024 GPUs and above can take hours.
 
 Per row (definitions in DESIGN.md; times real):
 - step time mean and p99 over the steps (composed from the trace's compute with the simulated
@@ -49,7 +53,7 @@ from fabric import topofile
 from fabric.errors import FabriclabError
 from fabric.flowsim import SimOptions
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 DEFAULT_SIZES = (128, 256, 512, 1024)
 #: Above this many GPUs a ring all-reduce runs in its hierarchical form (rings inside each leaf, rings
 #: across leaves): a flat ring over 16,384 ranks is 5.4e8 transfers of a few kB, latency-bound, and not
@@ -89,6 +93,7 @@ class Row:
     ecmp_collisions: int
     ecmp_choices: int
     algorithm: str = ""  # the all-reduce algorithm asked for this row (FLAT_RING_MAX)
+    lockstep: bool = False  # the collectives' steps ran in lockstep (SimOptions.lockstep)
     efficiency: float = math.nan  # filled once the series' base size is known
     sim_wall_s: float = 0.0  # wall time of the simulation (set-up included)
     cached: bool = False
@@ -108,7 +113,7 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
     result = simulate_replay(workload, task["label"], fab, task["routing"], opts, SimOptions(**task["sim"]))
     row = row_from_result(result, task["topology"], fab.name, task["routing"], task["gpus"])
     return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0,
-                                                  algorithm=opts.algorithm))
+                                                  algorithm=opts.algorithm, lockstep=bool(task["sim"]["lockstep"])))
 
 
 def row_from_result(result: Any, topology: str, fabric: str, routing: str, gpus: int) -> Row:
@@ -175,10 +180,13 @@ def _key(task: dict[str, Any], trace: str, code: str) -> str:
 def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes: Sequence[int] = DEFAULT_SIZES, *,
             options: dict[str, Any] | None = None, sim: SimOptions | None = None, label: str | None = None,
             cache_dir: Path | None = None, jobs: int | None = None,
-            progress: Callable[[int, int], None] | None = None) -> list[Row]:
+            progress: Callable[[int, int], None] | None = None, lockstep: str = "auto") -> list[Row]:
     """Every series at every size (module docstring); rows ordered by series, then size. `options`:
     `ReplayOptions` fields (placement, algorithm, channels, repeat, ports, seed, compute_gap_us);
-    `ports` defaults per row to planned under adaptive routing and hashed otherwise."""
+    `ports` defaults per row to planned under adaptive routing and hashed otherwise. `lockstep`:
+    "auto" (above `FLAT_RING_MAX` GPUs), "on" or "off" (overrides `sim.lockstep`)."""
+    if lockstep not in ("auto", "on", "off"):
+        raise CompareError(f"lockstep must be auto, on or off, got {lockstep!r}")
     sizes = sorted({int(n) for n in sizes})
     if not sizes or sizes[0] < 2:
         raise CompareError(f"sizes must be >= 2 GPUs, got {list(sizes)}")
@@ -201,8 +209,9 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
+            lock = lockstep == "on" or (lockstep == "auto" and n > FLAT_RING_MAX)
             tasks.append({"trace": str(trace), "label": label or str(trace), "topology": s.topology,
-                          "routing": s.routing, "gpus": n, "opts": opts, "sim": sim_doc})
+                          "routing": s.routing, "gpus": n, "opts": opts, "sim": {**sim_doc, "lockstep": lock}})
     results: dict[int, dict[str, Any]] = {}
     keys: dict[int, str] = {}
     if cache_dir is not None:
@@ -324,11 +333,17 @@ def _cell(key: str, v: Any) -> str:
 
 
 def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = ()) -> str:
-    table = [[h for _, h in COLUMNS]] + [[_cell(k, getattr(r, k)) for k, _ in COLUMNS] for r in rows]
+    def cell(r: Row, k: str) -> str:
+        return _cell(k, getattr(r, k)) + (" lockstep" if k == "algorithm" and r.lockstep else "")
+
+    table = [[h for _, h in COLUMNS]] + [[cell(r, k) for k, _ in COLUMNS] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
     lines = ["  ".join(c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in table]
     lines.append("")
+    if any(r.lockstep for r in rows):
+        lines.append("lockstep: each step of a collective waited for all of the step before (the simulator's "
+                     "approximation at scale; a ring runs at its slowest hop's pace either way)")
     lines.append("scaling efficiency: 1 / mean step at N over the same at the series' smallest size (fixed batch "
                  "per GPU); hot links: share of busy fabric link-intervals above 90%; ECMP collisions: connections "
                  "sharing a port while an equal-cost port of the same switch carries none")

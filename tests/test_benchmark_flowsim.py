@@ -15,10 +15,14 @@ def test_the_flowsim_benchmark_runs_a_flat_ring_and_its_hierarchical_form(tmp_pa
     out = tmp_path / "rows.json"
     res = subprocess.run([sys.executable, "benchmarks/flowsim.py", "--hosts", "32", "64", "--topology",
                           "topologies/dual-plane-1024.yaml", "--flat-ring-max", "32", "--size-mb", "1",
-                          "--ratio-samples", "1", "--json", str(out)],
+                          "--ratio-samples", "1", "--lockstep", "off", "on", "--json", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    flat, hier = json.loads(out.read_text())
+    flat, flat_lock, hier, hier_lock = json.loads(out.read_text())
+    # in lockstep (planned ports: every step alike) the same transfers and simulated time
+    for exact, lock in ((flat, flat_lock), (hier, hier_lock)):
+        assert (exact["lockstep"], lock["lockstep"]) == (False, True)
+        assert lock["transfers"] == exact["transfers"] and abs(lock["simulated_s"] / exact["simulated_s"] - 1) < 1e-9
     # 32 hosts: a flat ring, 2(n-1) steps of n transfers; on the non-blocking dual-plane fabric (two
     # 200 G NICs per host) it takes 2(n-1)/n x S / 400 G, less at most the 1 ns resolution per event
     # (a 31,250-byte transfer is four parts of 7812 or 7813 bytes, which end as one event)

@@ -145,3 +145,13 @@ def test_crosscheck_with_a_bad_calibration_exits_2_naming_it(tmp_path: Path, cap
     assert main(["crosscheck", "--calibration", str(bad), "--out", str(tmp_path / "out")]) == 2
     assert "cal.json" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_only_bandwidth_bound_collectives_that_are_not_pipelined_chains_are_comparable():
+    row = cal.CrossRow(0, 0, "all_reduce", 8_000_000, 100.0, 110.0, latency_share=0.05)
+    assert row.comparable and row.difference == pytest.approx(0.10)
+    assert not cal.CrossRow(0, 0, "all_reduce", 424, 4.0, 3.0, latency_share=0.9).comparable  # latency-bound
+    for kind in ("broadcast", "reduce"):  # store-and-forward chunks against the emulator's cut-through
+        r = cal.CrossRow(0, 0, kind, 212_480, 10.0, 23.0, latency_share=0.1)
+        assert r.bandwidth_bound and not r.comparable
+        assert "pipelined chain" in cal.format_rows([r])

@@ -114,6 +114,30 @@ def test_compare_cli_runs_caches_and_reproduces(tmp_path: Path, capsys):
     assert [strip(r) for r in third["rows"]] == [strip(r) for r in first["rows"]]
 
 
+def test_lockstep_runs_above_the_flat_ring_size_and_agrees_with_the_exact_dag_below_it(tmp_path: Path, capsys,
+                                                                                        monkeypatch):
+    # auto: lockstep (and the hierarchical all-reduce) only above FLAT_RING_MAX, here lowered to 8
+    monkeypatch.setattr(cmp, "FLAT_RING_MAX", 8)
+    base = ["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
+            "--routing", "adaptive", "--out", str(tmp_path / "o"), "--no-cache", "--jobs", "2", "--json"]
+    assert main([*base, "--sizes", "8", "16"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["gpus"], r["algorithm"], r["lockstep"]) for r in rows] == [
+        (8, "ring", False), (16, "hierarchical", True)] * 2
+    # at one size, exact and lockstep: the same step times within 2% (the ring's slowest hop sets both)
+    monkeypatch.setattr(cmp, "FLAT_RING_MAX", 1024)
+    exact, lock = [], []
+    for mode, into in (("off", exact), ("on", lock)):
+        assert main([*base, "--sizes", "16", "--lockstep", mode]) == 0
+        into.extend(json.loads(capsys.readouterr().out)["rows"])
+    assert [r["lockstep"] for r in exact + lock] == [False, False, True, True]
+    for e, l in zip(exact, lock):
+        assert l["step_mean_us"] == pytest.approx(e["step_mean_us"], rel=0.02), e["fabric"]
+    with pytest.raises(SystemExit) as exited:
+        main([*base, "--sizes", "16", "--lockstep", "maybe"])
+    assert exited.value.code == 2 and "invalid choice: 'maybe'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, match", [
     (["--sizes", "1"], "sizes must be >= 2"),
     (["--topology", "dual-plane-16", "--sizes", "6"], "multiple of hosts_per_leaf"),

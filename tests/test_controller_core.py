@@ -332,6 +332,38 @@ def test_congestion_moves_spread_elephants_and_leave_a_lone_elephant_alone():
     assert r.on_loads(ports, slots, 5.0) == []
 
 
+def test_a_slot_moved_off_a_hot_link_goes_home_once_it_is_idle_and_home_has_cooled():
+    # the same start as above: of slots 0 and 4 on port 1 (towards leafA3) one moves to port 3
+    fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
+    cap = 400e9 * 1e-4
+    r = core.policy
+    base = r.slots("leafA0", "leafA3")
+    ports = {("leafA0", p): u * cap for p, u in {1: 1.0, 2: 0.9, 3: 0.2, 4: 0.9}.items()}
+    slots = {("leafA0", "leafA3", 4): 0.9 * cap, ("leafA0", "leafA3", 0): 0.5 * cap,
+             ("leafA0", "leafA3", 1): 0.9 * cap, ("leafA0", "leafA3", 3): 0.9 * cap}
+    (move,) = r.on_loads(ports, slots, 2.0)
+    assert (move.old_port, move.new_port) == (1, 3)
+    moved = move.slot
+    # still carrying its elephant: it stays on port 3, whatever port 1 does
+    ports[("leafA0", 1)] = 0.1 * cap
+    assert r.on_loads(ports, slots, 3.0) == []
+    # idle, but its home port 1 is hot again: it stays
+    ports[("leafA0", 1)] = 1.0 * cap
+    for t in (3.5, 3.6, 3.7, 3.8, 3.9):  # the smoothed rate (weight 0.5 per sample) passes hot_util 0.9
+        r.on_loads(ports, slots, t)
+    assert ("leafA0", 1) in r.hot_links()
+    slots[("leafA0", "leafA3", moved)] = 0.0
+    assert r.on_loads(ports, slots, 4.0) == []
+    # idle and port 1 cool (0.1 of its rate, twice: smoothed 0.52, then 0.31, below cool_util 0.7): home
+    r.on_loads(ports | {("leafA0", 1): 0.1 * cap}, slots | {("leafA0", "leafA3", moved): 0.9 * cap}, 4.5)
+    ports[("leafA0", 1)] = 0.1 * cap
+    (back,) = r.on_loads(ports, slots, 5.0)
+    assert (back.slot, back.old_port, back.new_port, back.cause) == (moved, 3, 1, "congestion")
+    assert r.slots("leafA0", "leafA3") == base
+    assert "idle slot(s) back on their all-links-up port" in r.events()[-1].trigger
+    assert r.on_loads(ports, slots, 6.0) == []
+
+
 def test_counter_rates_respect_the_minimum_window():
     from controller.core import CounterRates
 

@@ -536,3 +536,52 @@ def test_flows_ending_within_the_resolution_end_as_one_event():
     assert abs(coarse.job_time_s[0] - exact_s) <= 1e-9
     with pytest.raises(FlowSimError, match="resolution_s"):
         SimOptions(resolution_s=-1.0).check()
+
+
+def test_lockstep_phases_start_together_and_the_job_takes_the_slowest_of_each():
+    # leaf-spine-16, ranks 0..3 on h0..h3 (all on leafA0: every transfer alone on its 400 G NIC links).
+    # Phase 0: 0 -> 1 of S and 2 -> 3 of 3S; phase 1: 1 -> 0 of 2S after the first, 3 -> 2 of S after
+    # the second. As a DAG the chains run apart: 1 -> 0 begins at S/B and the job ends at
+    # max(S + 2S, 3S + S)/B = 4S/B. In lockstep phase 1 begins when phase 0 is all delivered, at
+    # 3S/B, and the job ends at (3S + max(2S, S))/B = 5S/B.
+    fab = topofile.load("leaf-spine-16")
+    size = 4_000_000
+    dag = TransferDag((Transfer(0, 1, size), Transfer(2, 3, 3 * size),
+                       Transfer(1, 0, 2 * size, deps=(0,), phase=1), Transfer(3, 2, size, deps=(1,), phase=1)),
+                      (0, 1, 2, 3))
+    unit_s = size * 8 / 400e9
+    place = one_rank_per_host(fab, 4)
+    _, dag_run = run("leaf-spine-16", [Job(dag, place)])
+    _, lock = run("leaf-spine-16", [Job(dag, place)], options=SimOptions(lockstep=True))
+    assert dag_run.job_time_s[0] == pytest.approx(4 * unit_s, rel=1e-9)
+    assert dag_run.transfer_start_s[2] == pytest.approx(unit_s, rel=1e-9)
+    assert lock.job_time_s[0] == pytest.approx(5 * unit_s, rel=1e-9)
+    assert lock.transfer_start_s[2] == lock.transfer_start_s[3] == pytest.approx(3 * unit_s, rel=1e-9)
+    # two such jobs one after another on one pool: each keeps its own phases
+    _, two = run("leaf-spine-16", [Job(dag, place), Job(dag, place, after=(0,))],
+                 options=SimOptions(lockstep=True))
+    assert two.job_time_s.tolist() == pytest.approx([5 * unit_s, 5 * unit_s], rel=1e-9)
+
+
+def test_a_lockstep_ring_takes_as_long_as_its_dag_with_fewer_rate_computations_under_collisions():
+    # a ring over 16 ranks ordered so that every hop leaves its leaf (0, 4, 8, 12, 1, 5, ...): with
+    # planned source ports every step is alike and lockstep changes nothing; with hashed ones, ECMP
+    # collisions slow some flows and the DAG's steps drift apart; a ring still runs at its slowest
+    # hop's pace, so lockstep (each step waiting for the slowest) takes as long, within 1%, while the
+    # steps, started together, repeat each other (fewer distinct flow sets to compute rates for)
+    order = [q * 4 + r for r in range(4) for q in range(4)]
+    dag = schedule("all_reduce", 8_000_000, order, "ring")
+    fewer = 0
+    for topo in ("pyramid-16", "dual-plane-16"):
+        fab = topofile.load(topo)
+        for ports, seed in (("planned", 0), ("hashed", 0), ("hashed", 1), ("hashed", 2)):
+            runs = [run(topo, [Job(dag, one_rank_per_host(fab, 16))],
+                        options=SimOptions(ports=ports, seed=seed, lockstep=lock))[1] for lock in (False, True)]
+            exact, lock = (r.job_time_s[0] for r in runs)
+            assert lock == pytest.approx(exact, rel=0.01), (topo, ports, seed)
+            if ports == "planned":
+                assert lock == pytest.approx(exact, rel=1e-12) and runs[1].rate_updates == runs[0].rate_updates == 1
+            else:
+                assert runs[1].rate_updates <= runs[0].rate_updates, (topo, seed)
+                fewer += runs[1].rate_updates < runs[0].rate_updates
+    assert fewer >= 3

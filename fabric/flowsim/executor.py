@@ -113,6 +113,12 @@ class SimOptions:
     # the share of a link's rate that carries the transfers' bytes (the rest: packet headers, ACKs), for
     # a calibration against the emulator (TCP over Ethernet at MTU 1500: ~1448 / 1514); 1: all of it
     goodput_share: float = 1.0
+    # bulk-synchronous steps: a transfer begins only once every transfer of its job in an earlier
+    # phase (the DAG's `phase`, a collective's step) has been delivered, as well as its own
+    # dependencies. An approximation for scale: a ring's steps then start together, so flows that
+    # ECMP collisions slow do not drift apart event by event (each step repeats the one before, and
+    # its rates come from the memo); the job time can only grow (see `lockstep` in the module docstring)
+    lockstep: bool = False
 
     def check(self) -> None:
         if self.per_transfer_s < 0 or self.per_hop_s < 0:
@@ -127,10 +133,11 @@ class SimOptions:
 
 
 def _distinct(values: IntArray) -> IntArray:
-    """The distinct values, ascending (`np.unique` without its overhead, which per event adds up)."""
+    """The distinct values, ascending (`np.unique` without its overhead, which per event adds up).
+    Values already in order (a ring step's transfers and their flows are) are not sorted again."""
     if values.size < 2:
         return values
-    v = np.sort(values)
+    v = values if bool((values[1:] >= values[:-1]).all()) else np.sort(values)
     return v[np.concatenate(([True], v[1:] != v[:-1]))]
 
 
@@ -157,20 +164,19 @@ def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, opti
 
 
 #: the pool's arrays (`_Run`): one entry per transfer of every job that has started and not completed
-_POOL = {"t_src": np.intp, "t_dst": np.intp, "t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
+_POOL = {"t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
          "deps_left": np.int64, "start_s": np.float64, "end_s": np.float64, "parts_left": np.int64,
          "hops": np.int64}
 
 
 class _Template:
-    """What every job of one DAG on one placement shares: its transfers' sender and receiver host
-    indexes, sizes, dependency counts, successors (CSR), the transfers without dependencies, and the
-    host pairs (sender x hosts + receiver) it uses; `pair`: each transfer's pair index among all the
+    """What every job of one DAG on one placement shares: its transfers' sizes, dependency counts,
+    successors (CSR), the transfers without dependencies, and the host pairs (sender x hosts +
+    receiver, from the sender and receiver host indexes `src`, `dst`) it uses; `pair`: each transfer's pair index among all the
     run's pairs (-1: both ranks on one host), set by `locate_pairs`."""
 
     def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, n_hosts: int) -> None:
         self.cols = cols  # kept: the run keys templates by the DAG object's id
-        self.src, self.dst = src, dst
         self.size = cols.size_bytes
         self.dep_count = np.diff(cols.dep_ptr)
         self.succ_ptr, self.succ = cols.successors()
@@ -180,6 +186,10 @@ class _Template:
         self.remote = remote
         self.pair_keys = np.unique(self.keys[remote])
         self.pair = np.full(src.size, -1, dtype=np.intp)
+        # the phases, numbered densely, and each phase's transfer count (for SimOptions.lockstep)
+        _, inverse = np.unique(cols.phase, return_inverse=True)
+        self.phase_of = inverse.astype(np.intp).reshape(-1)
+        self.phase_size = np.bincount(self.phase_of).astype(np.int64)
 
     @classmethod
     def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
@@ -230,13 +240,18 @@ class _Run:
         # the pool: the state of the transfers of every job that has started and not completed, each
         # job in a contiguous range of it (`self.base`), reused once the job has completed
         self.cap = 0
-        self.t_src = self.t_dst = self.t_job = self.t_pair = np.zeros(0, dtype=np.intp)
+        self.t_job = self.t_pair = np.zeros(0, dtype=np.intp)
         self.t_size = self.deps_left = self.parts_left = self.hops = np.zeros(0, dtype=np.int64)
         self.start_s = self.end_s = np.zeros(0)
         self._grow(0)  # each its own array
         self.base: dict[int, int] = {}  # active job -> its first index in the pool
         self.kept_start: dict[int, FloatArray] = {}  # completed job -> its transfers' times (transfer_times)
         self.kept_end: dict[int, FloatArray] = {}
+        # lockstep: per running job, its open phase (every earlier one delivered), the transfers each
+        # phase has left, and the ready transfers of later phases held back, by phase
+        self.open_phase: dict[int, int] = {}
+        self.phase_left: dict[int, IntArray] = {}
+        self.held: dict[int, dict[int, list[IntArray]]] = {}
         # jobs
         self.waiting = [len(set(j.after)) for j in jobs]  # jobs still to complete before this one may start
         self.dependents: list[list[int]] = [[] for _ in jobs]
@@ -427,13 +442,18 @@ class _Run:
             base = self.base[job]
             tpl = self.templates[self.job_tpl[job]]
             local = mine - base
+            if self.opts.lockstep:
+                released = self._phases_delivered(job, tpl, local)
+                if released is not None:
+                    ready.append(released)
             lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
             k = hi - lo
             total = int(k.sum())
             if total:
                 nxt = tpl.succ[np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)] + base
                 np.subtract.at(self.deps_left, nxt, 1)
-                ready.append(nxt[self.deps_left[nxt] == 0])
+                nxt = nxt[self.deps_left[nxt] == 0]
+                ready.append(self._gate(job, tpl, nxt) if self.opts.lockstep else nxt)
         for job, c in zip(*jobs_counts):
             self.left[job] -= c
             if not self.left[job]:
@@ -442,6 +462,35 @@ class _Run:
         if not ready:
             return np.zeros(0, dtype=np.intp)
         return _distinct(ready[0] if len(ready) == 1 else np.concatenate(ready))
+
+    def _gate(self, job: int, tpl: _Template, ready: IntArray) -> IntArray:
+        """Lockstep: of the ready transfers `ready` (pool indexes) of `job`, those of its open phase or
+        earlier; the others are held until their phase opens."""
+        phase = tpl.phase_of[ready - self.base[job]]
+        now_open = self.open_phase[job]
+        later = phase > now_open
+        if not later.any():
+            return ready
+        held = self.held[job]
+        for p in np.unique(phase[later]).tolist():
+            held.setdefault(p, []).append(ready[phase == p])
+        return ready[~later]
+
+    def _phases_delivered(self, job: int, tpl: _Template, local: IntArray) -> IntArray | None:
+        """Lockstep: transfers `local` (indexes in the job's DAG) of `job` were delivered; if that
+        completes its open phase, open the next (and any already complete) and return the held
+        transfers that may begin now."""
+        left = self.phase_left[job]
+        np.subtract.at(left, tpl.phase_of[local], 1)
+        p = self.open_phase[job]
+        if left[p]:
+            return None
+        while p < left.size and not left[p]:
+            p += 1
+        self.open_phase[job] = p
+        held = self.held[job]
+        out = [a for q in sorted(q for q in held if q <= p) for a in held.pop(q)]
+        return np.concatenate(out) if out else None
 
     def _job_done(self, j: int) -> None:
         self.job_done_s[j] = self.now
@@ -476,6 +525,9 @@ class _Run:
         """Job j completed: keep its transfers' times (if asked) and free its pool range."""
         base = self.base.pop(j)
         n = len(self.templates[self.job_tpl[j]].size)
+        self.open_phase.pop(j, None)
+        self.phase_left.pop(j, None)
+        self.held.pop(j, None)
         if self.opts.transfer_times:
             self.kept_start[j] = self.start_s[base:base + n].copy()
             self.kept_end[j] = self.end_s[base:base + n].copy()
@@ -489,8 +541,6 @@ class _Run:
         n = len(tpl.size)
         base = self._allocate(j, n)
         part = slice(base, base + n)
-        self.t_src[part] = tpl.src
-        self.t_dst[part] = tpl.dst
         self.t_size[part] = tpl.size
         self.t_job[part] = j
         self.t_pair[part] = tpl.pair
@@ -499,7 +549,13 @@ class _Run:
         self.end_s[part] = np.nan
         self.parts_left[part] = 0
         self.hops[part] = 0
-        self._begin(tpl.roots + base)
+        roots = tpl.roots + base
+        if self.opts.lockstep:
+            self.open_phase[j] = 0
+            self.phase_left[j] = tpl.phase_size.copy()
+            self.held[j] = {}
+            roots = self._gate(j, tpl, roots)
+        self._begin(roots)
 
     # ---- rates ---------------------------------------------------------------------------------
     def _crossings(self, flows: IntArray) -> tuple[IntArray, IntArray]:

@@ -10,8 +10,11 @@
   congestion-aware moves (a hot link
   moves one of the elephants sharing it to the alternative path with the fewest elephants; see
   `AdaptivePolicy._relieve`; then that decision point and that link are left alone for `hold_s`,
-  while the samples that follow confirm the move). Slots an operator pinned keep their port
-  whenever it is alive.
+  while the samples that follow confirm the move). A slot a congestion move took off its all-links-up
+  port goes back to it once it is idle (below `min_move_share` of its links) and that port's
+  segment is not hot: a move answers the traffic of the moment, and the all-up mapping is what a
+  replay's planned source ports are chosen for, so moves do not pile up from burst to burst
+  (`AdaptivePolicy._go_home`). Slots an operator pinned keep their port whenever it is alive.
 
 Both reactions are lookups in the path table's precomputed indexes (`crossing`/`via` for liveness,
 `segment`/`segments_through` for the links a slot surely crosses), not graph searches. A move
@@ -45,6 +48,8 @@ class AdaptivePolicy(EcmpPolicy):
         # hot link -> until when it is left alone after a move relieved it: the port and flow samples
         # that follow confirm the move (the link cools) or not (it stays hot: one more move then)
         self._link_hold_until: dict[DirectedLink, float] = {}
+        # decision points where a congestion move took a slot off its all-links-up port
+        self._away: set[DecisionPoint] = set()
 
     # ---- failures ------------------------------------------------------------------------------
     def react_to_link(self, link: DirectedLink, up: bool, changed: tuple[DecisionPoint, ...],
@@ -106,6 +111,38 @@ class AdaptivePolicy(EcmpPolicy):
             if move is not None:
                 self._link_hold_until[link] = now + self.config.hold_s
                 moves.append(move)
+        if self._away:
+            moves.extend(self._go_home(slot_rates_bps, now))
+        return moves
+
+    def _go_home(self, slot_rates: dict[SlotKey, float], now: float) -> list[SlotMove]:
+        """Slots a congestion move took off their all-links-up port, now idle (below `min_move_share`
+        of their home segment's slowest link), back on that port where its segment has no hot link.
+        Only where every port is alive (a failure's mapping is the failure logic's) and the decision
+        point is not in its hold-down; pinned slots stay."""
+        cfg = self.config
+        hot = set(self.hot_links())
+        moves: list[SlotMove] = []
+        for key in sorted(self._away):
+            base, slots = self._base[key], self._slots[key]
+            if slots == base or self._alive.get(key) != self.table.ecmp_ports(*key):
+                self._away.discard(key)  # home, or remapped by a failure or recovery
+                continue
+            if self._hold_until.get(key, -1.0) > now:
+                continue
+            pins = self._pins.get(key, {})
+            sw, dest = key
+            for slot, (port, home) in enumerate(zip(slots, base)):
+                if port == home or slot in pins:
+                    continue
+                seg = self.table.segment(sw, dest, home)
+                if hot.intersection(seg):
+                    continue
+                floor = cfg.min_move_share * min(self._capacity_bps[l] for l in seg)
+                if slot_rates.get((sw, dest, slot), 0.0) < floor:
+                    moves.append(self._set_slot(key, slot, home, "congestion"))
+            if self._slots[key] == base:
+                self._away.discard(key)
         return moves
 
     def elephants(self, slot_rates_bps: dict[SlotKey, float], floor_bps: float) -> Counter[DirectedLink]:
@@ -173,6 +210,7 @@ class AdaptivePolicy(EcmpPolicy):
         old = self.slot_links(key[0], key[1], slot)
         move = self._set_slot(key, slot, alt, "congestion")
         self._hold_until[key] = now + cfg.hold_s
+        self._away.add(key)
         rate = slot_rates[(key[0], key[1], slot)]
         new = self.slot_links(key[0], key[1], slot)
         for l in set(old) - set(new):

@@ -679,7 +679,10 @@ class RoutingPolicy:
         if moves:
             self._new_state()
             hot = ", ".join(f"{s}:{p}" for s, p in self.hot_links())
-            self._record(now, "congestion", f"hot {hot}", moves, started)
+            home = sum(1 for m in moves if self._base.get((m.switch, m.dest), ())[m.slot:m.slot + 1] == (m.new_port,))
+            detail = "; ".join(([f"hot {hot}"] if hot else [])
+                               + ([f"{home} idle slot(s) back on their all-links-up port"] if home else []))
+            self._record(now, "congestion", detail, moves, started)
         return moves
 
     def presume_newcomers(self, slot_rates_bps: dict[SlotKey, float], newcomers_bytes: dict[SlotKey, int]
