@@ -43,6 +43,7 @@ time. Rates are in bits per second, times in seconds.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -117,7 +118,7 @@ class SimOptions:
     # phase (the DAG's `phase`, a collective's step) has been delivered, as well as its own
     # dependencies. An approximation for scale: a ring's steps then start together, so flows that
     # ECMP collisions slow do not drift apart event by event (each step repeats the one before, and
-    # its rates come from the memo); the job time can only grow (see `lockstep` in the module docstring)
+    # its rates come from the memo). Not exact: a step that could overlap the next one waits
     lockstep: bool = False
 
     def check(self) -> None:
@@ -172,8 +173,9 @@ _POOL = {"t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
 class _Template:
     """What every job of one DAG on one placement shares: its transfers' sizes, dependency counts,
     successors (CSR), the transfers without dependencies, and the host pairs (sender x hosts +
-    receiver, from the sender and receiver host indexes `src`, `dst`) it uses; `pair`: each transfer's pair index among all the
-    run's pairs (-1: both ranks on one host), set by `locate_pairs`."""
+    receiver, from the host indexes `src`, `dst`) it uses; `pair`: each transfer's pair index among
+    all the run's pairs (-1: both ranks on one host), set by `locate_pairs`; the phases (lockstep
+    only, computed on first use)."""
 
     def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, n_hosts: int) -> None:
         self.cols = cols  # kept: the run keys templates by the DAG object's id
@@ -186,10 +188,17 @@ class _Template:
         self.remote = remote
         self.pair_keys = np.unique(self.keys[remote])
         self.pair = np.full(src.size, -1, dtype=np.intp)
-        # the phases, numbered densely, and each phase's transfer count (for SimOptions.lockstep)
-        _, inverse = np.unique(cols.phase, return_inverse=True)
-        self.phase_of = inverse.astype(np.intp).reshape(-1)
-        self.phase_size = np.bincount(self.phase_of).astype(np.int64)
+
+    @functools.cached_property
+    def phase_of(self) -> IntArray:
+        """Each transfer's phase, numbered densely from 0 (SimOptions.lockstep)."""
+        _, inverse = np.unique(self.cols.phase, return_inverse=True)
+        return inverse.astype(np.intp).reshape(-1)
+
+    @functools.cached_property
+    def phase_size(self) -> IntArray:
+        """Each phase's transfer count."""
+        return np.bincount(self.phase_of).astype(np.int64)
 
     @classmethod
     def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
