@@ -24,10 +24,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import faulthandler
 import ipaddress
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -642,6 +645,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        # `kill -USR1 PID` prints every thread's Python stack to stderr: where a run that seems stuck is
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # no SIGUSR1, or no fd behind stderr
+            faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     try:
         return int(args.func(args))
     except FabriclabError as e:

@@ -95,6 +95,7 @@ class Lab:
         self.bringup: BringUp | None = None
         self.controller_gaps: list[ControllerGap] = []
         self._old_sigterm: Any = None
+        self._old_sigint: Any = None
         self._ctl_lock = threading.Lock()
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
@@ -108,6 +109,11 @@ class Lab:
             raise EmulationError("the emulation needs root (Mininet and Open vSwitch); run with sudo")
         if threading.current_thread() is threading.main_thread():
             self._old_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+            # A process started in the background by a non-interactive shell (`fabriclab up --hold &`
+            # in a script, nohup) begins with SIGINT ignored, and Python then never raises
+            # KeyboardInterrupt: `kill -INT` must tear the lab down all the same.
+            if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+                self._old_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             self._start()
         except BaseException:
@@ -208,6 +214,9 @@ class Lab:
                 if self._old_sigterm is not None:
                     signal.signal(signal.SIGTERM, self._old_sigterm)
                     self._old_sigterm = None
+                if self._old_sigint is not None:
+                    signal.signal(signal.SIGINT, self._old_sigint)
+                    self._old_sigint = None
 
     def leftovers(self) -> Leftovers:
         """What of this run still exists, controller process included."""

@@ -7,6 +7,7 @@ formulation."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import numpy as np
@@ -323,6 +324,31 @@ def test_a_load_log_over_its_budget_keeps_every_links_bytes_at_a_coarser_resolut
     _, coarse = run("leaf-spine-16", jobs, link_events=events)
     assert fine.coarsened == 0 and coarse.coarsened >= 1
     assert len(coarse.edges_s) < len(fine.edges_s)
+    assert coarse.edges_s[0] == fine.edges_s[0] and coarse.edges_s[-1] == fine.edges_s[-1]
+    assert coarse.link_bytes() == pytest.approx(fine.link_bytes(), rel=1e-9, abs=1e-3)
+    assert np.array_equal(coarse.job_end_s, fine.job_end_s)
+
+
+def test_a_long_load_log_is_coarsened_a_few_times_not_at_every_event(monkeypatch):
+    # six pairwise all-to-alls on pyramid-16, hashed ports: ~1,700 intervals of different loads. Over a
+    # budget of 300 entries, the log is halved and later intervals are at least as long as its mean
+    # one: a handful of halvings (each halving at least halves the intervals' count: a log that
+    # coarsened at every new interval past the budget would do it hundreds of times), bytes kept
+    from fabric.flowsim import executor
+    from traffic.collectives import schedule_columns
+
+    fab = topofile.load("pyramid-16")
+    placement = one_rank_per_host(fab, 16)
+    jobs = [Job(schedule_columns("all_to_all", 3_000_001 + k * 1000, list(range(16)), "pairwise"), placement,
+                start_s=k * 0.01) for k in range(6)]
+    opts = SimOptions(ports="hashed")
+    _, fine = run("pyramid-16", jobs, options=opts)
+    monkeypatch.setattr(executor, "LOAD_LOG_ENTRIES", 300)
+    _, coarse = run("pyramid-16", jobs, options=opts)
+    intervals = len(fine.edges_s) - 1
+    assert fine.coarsened == 0 and intervals > 1000
+    assert 1 <= coarse.coarsened <= 2 * math.log2(intervals)
+    assert coarse.load_ptr[-1] <= 300 and bool(np.all(np.diff(coarse.edges_s) > 0))
     assert coarse.edges_s[0] == fine.edges_s[0] and coarse.edges_s[-1] == fine.edges_s[-1]
     assert coarse.link_bytes() == pytest.approx(fine.link_bytes(), rel=1e-9, abs=1e-3)
     assert np.array_equal(coarse.job_end_s, fine.job_end_s)

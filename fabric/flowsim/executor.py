@@ -320,6 +320,11 @@ class _Run:
         self.now = 0.0
         self.edges: list[float] = []
         self.ptr: list[int] = [0]
+        # once coarsened (`_coarsen`): the log's intervals last at least bin_s, the open one's bits per
+        # link add up in acc_bits until acc_to
+        self.bin_s = 0.0
+        self.acc_bits: FloatArray = np.zeros(0)  # allocated at the first coarsening
+        self.acc_to = 0.0
         self.load_link: list[IntArray] = []  # per interval
         self.load_bps: list[FloatArray] = []
         self.rate_updates = 0
@@ -604,18 +609,19 @@ class _Run:
         self.dirty = False
 
     def _record(self, until_s: float) -> None:
-        """Log the link loads from now until `until_s` (one interval)."""
+        """Log the link loads from now until `until_s` (one interval; once the log has been coarsened,
+        added to the open interval, `_record_coarse`)."""
         used, rate = self.load
         if until_s <= self.now or not used.size:
+            return
+        if self.bin_s:
+            self._record_coarse(used, rate, until_s)
             return
         if self.edges and self.edges[-1] == self.now and self.load_link and self.load_link[-1] is used:
             self.edges[-1] = until_s  # the same allocation as the interval before: one interval
             return
         if self.edges and self.edges[-1] != self.now:
-            self.ptr.append(self.ptr[-1])  # an idle gap: an interval with no load
-            self.edges.append(self.now)
-            self.load_link.append(np.zeros(0, dtype=np.intp))
-            self.load_bps.append(np.zeros(0))
+            self._idle_interval(self.now)
         if not self.edges:
             self.edges.append(self.now)
         self.edges.append(until_s)
@@ -625,25 +631,80 @@ class _Run:
         if self.ptr[-1] > LOAD_LOG_ENTRIES:
             self._coarsen()
 
+    def _idle_interval(self, until_s: float) -> None:
+        """An interval with no load, from the log's last edge to `until_s`."""
+        self.ptr.append(self.ptr[-1])
+        self.edges.append(until_s)
+        self.load_link.append(np.zeros(0, dtype=np.intp))
+        self.load_bps.append(np.zeros(0))
+
+    def _record_coarse(self, used: IntArray, rate: FloatArray, until_s: float) -> None:
+        """The coarse log: loads add up, as bits per link, in the open interval (from the log's last
+        edge), closed once it is `bin_s` long; an idle gap of at least `bin_s` is an interval of its own."""
+        if self.now - self.acc_to >= self.bin_s:  # an idle gap since the last load
+            if self.acc_to > self.edges[-1]:
+                self._close_bin(self.acc_to)
+            self._idle_interval(self.now)
+            self.acc_to = self.now
+        self.acc_bits[used] += rate * (until_s - self.now)
+        self.acc_to = until_s
+        if until_s - self.edges[-1] >= self.bin_s:
+            self._close_bin(until_s)
+
+    def _close_bin(self, end_s: float) -> None:
+        """Close the coarse log's open interval at `end_s`: its links at their mean rates."""
+        acc = self.acc_bits
+        links = np.flatnonzero(acc)
+        self.load_link.append(links.astype(np.intp))
+        self.load_bps.append(acc[links] / (end_s - self.edges[-1]))
+        acc[links] = 0.0
+        self.edges.append(end_s)
+        self.ptr.append(self.ptr[-1] + links.size)
+        self.acc_to = end_s
+        if self.ptr[-1] > LOAD_LOG_ENTRIES:
+            self._coarsen()
+
+    def _flush_log(self) -> None:
+        """The coarse log's open interval closed (at the end of the run)."""
+        if self.bin_s and self.acc_to > self.edges[-1]:
+            self._close_bin(self.acc_to)
+
     def _coarsen(self) -> None:
-        """Halve the load log's resolution: each two neighbouring intervals become one, every link at
-        its time-weighted mean rate over both (the bytes each link carried are kept)."""
+        """Halve the load log's resolution until it holds at most half its budget: each two
+        neighbouring intervals become one, every link at its time-weighted mean rate over both (the
+        bytes each link carried are kept). From then on the log is coarse (`_record_coarse`): a new
+        interval lasts at least the mean interval's length, so the log grows with simulated time,
+        not with the number of events, and is coarsened again only as that time grows."""
         edges = np.asarray(self.edges)
         k = edges.size - 1
         n_links = len(self.links)
-        counts = np.diff(np.asarray(self.ptr))
-        interval = np.repeat(np.arange(k), counts)
+        interval = np.repeat(np.arange(k), np.diff(np.asarray(self.ptr)))
         links = np.concatenate(self.load_link)
         bits = np.concatenate(self.load_bps) * np.diff(edges)[interval]
-        new_edges = edges[::2] if k % 2 == 0 else np.append(edges[::2], edges[-1])
-        keys, inverse = np.unique(interval // 2 * n_links + links, return_inverse=True)
-        pair = keys // n_links
-        rate = np.bincount(inverse, weights=bits) / np.diff(new_edges)[pair]
-        self.edges = new_edges.tolist()
-        self.ptr = np.concatenate([[0], np.cumsum(np.bincount(pair, minlength=new_edges.size - 1))]).tolist()
-        self.load_link = [(keys % n_links).astype(np.intp)]
+        while True:
+            edges = edges[::2] if k % 2 == 0 else np.append(edges[::2], edges[-1])
+            k = edges.size - 1
+            # within an interval the links ascend, so the keys are runs in order: a stable sort
+            # (timsort) merges them in about linear time
+            key = interval // 2 * n_links + links
+            order = np.argsort(key, kind="stable")
+            key = key[order]
+            starts = np.flatnonzero(np.concatenate(([True], key[1:] != key[:-1])))
+            bits = np.add.reduceat(bits[order], starts) if starts.size else bits[:0]
+            key = key[starts]
+            interval, links = key // n_links, key % n_links
+            self.coarsened += 1
+            if key.size <= LOAD_LOG_ENTRIES // 2 or k <= 1:
+                break
+        rate = bits / np.diff(edges)[interval]
+        self.edges = edges.tolist()
+        self.ptr = np.concatenate([[0], np.cumsum(np.bincount(interval, minlength=k))]).tolist()
+        self.load_link = [links.astype(np.intp)]
         self.load_bps = [rate]
-        self.coarsened += 1
+        self.bin_s = (self.edges[-1] - self.edges[0]) / k
+        if not self.acc_bits.size:
+            self.acc_bits = np.zeros(n_links)
+        self.acc_to = self.edges[-1]
 
     def _advance(self, until_s: float) -> None:
         if self.f_conn.size and until_s > self.now:
@@ -746,6 +807,7 @@ class _Run:
                     self._begin(self._deliver(self.batches.pop(payload)))
                 else:
                     self._poll()
+        self._flush_log()
         return self._result()
 
     def _result(self) -> FlowSimResult:
