@@ -611,3 +611,46 @@ def test_a_lockstep_ring_takes_as_long_as_its_dag_with_fewer_rate_computations_u
                 assert runs[1].rate_updates <= runs[0].rate_updates, (topo, seed)
                 fewer += runs[1].rate_updates < runs[0].rate_updates
     assert fewer >= 3
+
+
+@pytest.mark.parametrize("case", ["alone", "uneven sizes", "overheads", "link down and up", "second job"])
+def test_replayed_lockstep_phases_give_the_times_and_loads_of_simulating_every_phase(monkeypatch, case):
+    # a ring all-reduce over 16 ranks ordered across leaves, on pyramid-16 with hashed ports (ECMP
+    # collisions, so a step has flows of several rates and several events): in lockstep its 2 x 15
+    # steps are alike (same pairs, same sizes: 8 MB / 16), so the first is simulated and watched and
+    # the other 29 are replayed from it; with uneven chunks (8 MB + 1 over 16) a step matches only
+    # the steps whose pairs carry the same sizes. Every transfer's start and end, every job's, and
+    # every link's bytes must be those of simulating every phase, also when a link event, overheads
+    # or a second job fall inside phases (those are simulated)
+    from fabric.flowsim import executor
+
+    fab = topofile.load("pyramid-16")
+    order = [q * 4 + r for r in range(4) for q in range(4)]
+    size = 7_999_999 if case == "uneven sizes" else 8_000_000
+    jobs = [Job(schedule("all_reduce", size, order, "ring"), one_rank_per_host(fab, 16))]
+    events: list[LinkEvent] = []
+    opts = SimOptions(ports="hashed", seed=1, lockstep=True)
+    if case == "overheads":
+        opts = dataclasses.replace(opts, per_transfer_s=20e-6, per_hop_s=1e-6)
+    if case == "link down and up":
+        events = [LinkEvent(2e-4, "tor0", 1), LinkEvent(5e-4, "tor0", 1, up=True)]
+    if case == "second job":
+        jobs.append(Job(schedule("all_to_all", 2_000_000, list(range(8)), "pairwise"), one_rank_per_host(fab, 8),
+                        start_s=3e-4))
+    results = {}
+    for replay in (False, True):
+        monkeypatch.setattr(executor, "PHASE_REPLAY", replay)
+        results[replay] = run("pyramid-16", jobs, options=opts, link_events=events)[1]
+    every, replayed = results[False], results[True]
+    assert every.phases_replayed == 0
+    if case in ("alone", "uneven sizes"):
+        assert replayed.phases_replayed == 2 * 15 - 1 and replayed.events < every.events / 2
+    else:
+        assert replayed.phases_replayed >= 1
+    drift_s = 30 * opts.resolution_s if case == "uneven sizes" else 1e-15
+    assert replayed.transfer_start_s == pytest.approx(every.transfer_start_s, rel=1e-9, abs=drift_s)
+    assert replayed.transfer_end_s == pytest.approx(every.transfer_end_s, rel=1e-9, abs=drift_s)
+    assert replayed.job_end_s == pytest.approx(every.job_end_s, rel=1e-9, abs=drift_s)
+    drift_bytes = 29 * 16 if case == "uneven sizes" else 1e-3
+    assert replayed.link_bytes() == pytest.approx(every.link_bytes(), rel=1e-9, abs=drift_bytes)
+    assert replayed.edges_s[-1] == pytest.approx(every.edges_s[-1], rel=1e-9, abs=drift_s)

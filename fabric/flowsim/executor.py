@@ -34,6 +34,14 @@ active connections and the routing's version: the steps of a ring, whose flows a
 them once. So the Python work per event is independent of the number of flows, and the cost grows
 with the number of distinct events.
 
+Lockstep (`SimOptions.lockstep`): a collective's steps (the DAG's phases) open one after the other. A
+ring's steps repeat one another: same host pairs, same sizes, so on an idle fabric the same flows,
+rates and events, shifted in time. The first such phase is simulated event by event and watched; a
+later one with the same routing version, pairs and sizes, beginning with no other flow active and no
+timed event due before it would end, is replayed: its transfers delivered at the watched phase's
+times and its load intervals logged again, in one event. Anything else (another job, a link event,
+congestion polling) and the phase is simulated.
+
 Congestion moves (`SimOptions.poll_s` > 0, for a policy that reacts to loads): every `poll_s` while
 flows run, the policy's `on_loads` gets the current rate of every switch egress link and of every
 slot (each flow's rate added at every decision point on its path, in the slot its source port
@@ -118,7 +126,9 @@ class SimOptions:
     # phase (the DAG's `phase`, a collective's step) has been delivered, as well as its own
     # dependencies. An approximation for scale: a ring's steps then start together, so flows that
     # ECMP collisions slow do not drift apart event by event (each step repeats the one before, and
-    # its rates come from the memo). Not exact: a step that could overlap the next one waits
+    # its rates come from the memo). Not exact: a step that could overlap the next one waits. A phase
+    # that begins on an idle fabric with the same host pairs and sizes as an earlier one is replayed
+    # from it (one event instead of its flows' events; same times, same loads)
     lockstep: bool = False
 
     def check(self) -> None:
@@ -164,6 +174,44 @@ def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, opti
     return _Run(fabric, policy, list(jobs), opts, list(link_events)).run()
 
 
+#: phase replays (lockstep) kept at most, by total transfers held
+PHASE_MEMO_TRANSFERS = 4_000_000
+#: replay lockstep phases that repeat an earlier one (`_Run._phase_replay`); off: every phase simulated
+PHASE_REPLAY = True
+#: a phase's sizes are looked up by size >> this (a ring's chunks differ by a byte from step to step);
+#: a match must then be within the resolution (`_Run._phase_replay`)
+PHASE_SIZE_SHIFT = 6
+
+
+@dataclass
+class _PhaseWatch:
+    """A lockstep phase running on an otherwise idle fabric, watched so that its run can be replayed:
+    its key (routing version, pairs and sizes in key order), job, phase, transfers in key order, start,
+    and the load intervals logged meanwhile (start and end offsets, links, rates)."""
+
+    key: tuple[int, bytes, bytes]
+    job: int
+    phase: int
+    g: IntArray
+    start_s: float
+    loads: list[tuple[float, float, IntArray, FloatArray]]
+    events: int
+
+
+@dataclass(frozen=True)
+class _PhaseRun:
+    """What a watched phase did: its duration, each transfer's size and delivery (offset from the
+    start), in key order, how many bytes each may differ by in a replay, the load intervals, and how
+    many events it took."""
+
+    duration_s: float
+    size: IntArray
+    end_off_s: FloatArray
+    slack_bytes: FloatArray
+    loads: tuple[tuple[float, float, IntArray, FloatArray], ...]
+    events: int
+
+
 #: the pool's arrays (`_Run`): one entry per transfer of every job that has started and not completed
 _POOL = {"t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
          "deps_left": np.int64, "start_s": np.float64, "end_s": np.float64, "parts_left": np.int64,
@@ -199,6 +247,14 @@ class _Template:
     def phase_size(self) -> IntArray:
         """Each phase's transfer count."""
         return np.bincount(self.phase_of).astype(np.int64)
+
+    @functools.cached_property
+    def phases_closed(self) -> bool:
+        """No transfer depends on one of its own phase or a later one: under lockstep a phase's
+        transfers then all begin together, when it opens (what a phase replay needs)."""
+        ph = self.phase_of
+        src = np.repeat(np.arange(ph.size), np.diff(self.succ_ptr))
+        return bool((ph[self.succ] > ph[src]).all())
 
     @classmethod
     def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
@@ -259,6 +315,12 @@ class _Run:
         # lockstep: per running job, its open phase (every earlier one delivered), the transfers each
         # phase has left, and the ready transfers of later phases held back, by phase
         self.open_phase: dict[int, int] = {}
+        # phase replays (`_phase_replay`): the phase being watched, what watched phases did, replays due
+        self.watch: _PhaseWatch | None = None
+        self.phase_memo: dict[tuple[int, bytes, bytes], _PhaseRun] = {}
+        self.phase_memo_transfers = 0
+        self.replays: dict[int, tuple[IntArray, float, _PhaseRun]] = {}
+        self.phases_replayed = 0
         self.phase_left: dict[int, IntArray] = {}
         self.held: dict[int, dict[int, list[IntArray]]] = {}
         # jobs
@@ -305,7 +367,8 @@ class _Run:
         self.memo: dict[tuple[int, bytes], tuple[FloatArray, IntArray, FloatArray]] = {}
         self.memo_flows = 0
         # timed events: (time, order, kind, payload); kinds: 0 link event, 1 job start, 2 delivery of a
-        # batch of transfers (payload: index into self.batches), 3 poll
+        # batch of transfers (payload: index into self.batches), 3 poll, 4 a replayed phase's end
+        # (payload: index into self.replays)
         self.heap: list[tuple[float, int, int, int]] = []
         self.batches: dict[int, IntArray] = {}
         self.seq = 0
@@ -377,6 +440,10 @@ class _Run:
     # ---- transfers -----------------------------------------------------------------------------
     def _begin(self, g: IntArray) -> None:
         """Transfers `g` (their dependencies delivered) begin now."""
+        if self.opts.lockstep and g.size and PHASE_REPLAY:
+            self.watch = None  # whatever was watched no longer runs alone
+            if self._phase_replay(g):
+                return
         todo = [g]
         while todo:
             g = todo.pop()
@@ -428,6 +495,77 @@ class _Run:
             if local.size:
                 todo.append(self._deliver(local))
 
+    # ---- phase replays (lockstep) ----------------------------------------------------------------
+    def _phase_replay(self, g: IntArray) -> bool:
+        """Lockstep: transfers `g` begin now. If they are one whole phase of one job, beginning on an
+        idle fabric (no other flow, no congestion polling), the phase runs as any identical phase
+        before it ran: same routing version, same host pairs, same sizes (so the same flows, rates,
+        events and deliveries, shifted in time). A ring's steps are such phases: the first is
+        simulated event by event and watched (`_PhaseWatch`), the others are replayed from it in one
+        timed event (`_phase_replayed`), unless some other event falls inside the phase. Returns True
+        if the phase is replayed."""
+        if self.f_conn.size or self.poll_s > 0:
+            return False
+        of = self.t_job[g]
+        job = int(of[0])
+        if of[-1] != job or not bool((of == job).all()):
+            return False
+        tpl = self.templates[self.job_tpl[job]]
+        if not tpl.phases_closed:
+            return False
+        phase = tpl.phase_of[g - self.base[job]]
+        p = int(phase[0])
+        pair = self.t_pair[g]
+        if g.size != tpl.phase_size[p] or not bool((phase == p).all()) or bool((pair < 0).any()):
+            return False
+        size = self.t_size[g]
+        order = np.lexsort((size, pair))
+        key = (self.route_version, pair[order].tobytes(), (size[order] >> PHASE_SIZE_SHIFT).tobytes())
+        g = g[order]
+        run = self.phase_memo.get(key)
+        if run is None or not bool((np.abs(size[order] - run.size) <= run.slack_bytes).all()):
+            self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events)
+            return False
+        end_s = self.now + run.duration_s
+        if self.heap and self.heap[0][0] <= end_s:  # something else happens meanwhile: simulate it
+            return False
+        self.start_s[g] = self.now
+        self.replays[self.seq] = (g, self.now, run)
+        self._push(end_s, 4, self.seq)
+        return True
+
+    def _phase_replayed(self, payload: int) -> None:
+        """A replayed phase ends now: its load intervals logged, its transfers delivered at their times."""
+        g, start_s, run = self.replays.pop(payload)
+        end_s = self.now
+        for t0, t1, used, rate in run.loads:
+            self.now = start_s + t0
+            self.load = (used, rate)
+            self._record(start_s + t1)
+        self.now = end_s
+        self.load = (np.zeros(0, dtype=np.intp), np.zeros(0))
+        self.phases_replayed += 1
+        self._begin(self._deliver(g, start_s + run.end_off_s))
+
+    def _watched_phase_done(self) -> None:
+        """The watched phase has delivered its last transfer: remember what it did."""
+        w, self.watch = self.watch, None
+        if w is None:
+            return
+        if self.phase_memo_transfers + w.g.size > PHASE_MEMO_TRANSFERS:
+            self.phase_memo.clear()
+            self.phase_memo_transfers = 0
+        end_off = self.end_s[w.g] - w.start_s
+        size = self.t_size[w.g].copy()
+        # A transfer's rate only grows while its phase runs (max-min shares, flows only leaving), so
+        # d bytes more or fewer move its end by at most d / (its mean rate): within the resolution
+        # for d <= resolution x size / time, the simulator's own tolerance for ends taken together
+        slack = np.zeros(size.size)
+        np.divide(self.opts.resolution_s * size, end_off, out=slack, where=end_off > 0)
+        self.phase_memo[w.key] = _PhaseRun(self.now - w.start_s, size, end_off, slack, tuple(w.loads),
+                                           self.events - w.events)
+        self.phase_memo_transfers += w.g.size
+
     def _drained(self, g: IntArray) -> None:
         """Transfers `g` sent their last byte now: delivered after the overheads."""
         delay = self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g]
@@ -441,9 +579,10 @@ class _Run:
         if now_.size:
             self._begin(self._deliver(now_))
 
-    def _deliver(self, g: IntArray) -> IntArray:
-        """Transfers `g` are delivered now; returns the transfers that became ready (to begin)."""
-        self.end_s[g] = self.now
+    def _deliver(self, g: IntArray, end_s: FloatArray | None = None) -> IntArray:
+        """Transfers `g` are delivered now (their delivery times: `end_s` if given, a replayed phase's);
+        returns the transfers that became ready (to begin)."""
+        self.end_s[g] = self.now if end_s is None else end_s
         of = self.t_job[g]
         if of.size and of[0] == of[-1] and bool((of == of[0]).all()):  # the usual batch: one job
             jobs_counts: tuple[list[int], list[int]] = ([int(of[0])], [int(of.size)])
@@ -499,6 +638,8 @@ class _Run:
         p = self.open_phase[job]
         if left[p]:
             return None
+        if self.watch is not None and self.watch.job == job and self.watch.phase == p:
+            self._watched_phase_done()
         while p < left.size and not left[p]:
             p += 1
         self.open_phase[job] = p
@@ -548,6 +689,7 @@ class _Run:
 
     def _start_job(self, j: int) -> None:
         self.job_begun_s[j] = self.now
+        self.watch = None
         if not self.left[j]:  # an empty DAG completes as it starts
             self._job_done(j)
             return
@@ -614,6 +756,9 @@ class _Run:
         used, rate = self.load
         if until_s <= self.now or not used.size:
             return
+        if self.watch is not None:
+            w = self.watch
+            w.loads.append((self.now - w.start_s, until_s - w.start_s, used, rate))
         if self.bin_s:
             self._record_coarse(used, rate, until_s)
             return
@@ -761,6 +906,7 @@ class _Run:
         self._push(self.now + self.poll_s, 3, 0)
 
     def _link_event(self, e: LinkEvent) -> None:
+        self.watch = None
         self.policy.on_link_change(e.switch, e.port, e.up, self.now)
         self.route_changes += 1
         self._reroute_all()
@@ -805,6 +951,8 @@ class _Run:
                     self._start_job(payload)
                 elif kind == 2:
                     self._begin(self._deliver(self.batches.pop(payload)))
+                elif kind == 4:
+                    self._phase_replayed(payload)
                 else:
                     self._poll()
         self._flush_log()
@@ -839,5 +987,5 @@ class _Run:
             load_bps=np.concatenate([np.zeros(0), *self.load_bps]),
             rate_updates=self.rate_updates, route_changes=self.route_changes, polls=self.polls, events=self.events,
             coarsened=self.coarsened,
-            congestion_moves=self.congestion_moves,
+            congestion_moves=self.congestion_moves, phases_replayed=self.phases_replayed,
             stalled=tuple(int(g) for g in np.concatenate([np.zeros(0, dtype=np.intp), *stalled])))

@@ -40,6 +40,7 @@ class FlowSimResult:
     congestion_moves: int = 0  # slots the policy moved on load
     coarsened: int = 0  # times the load log's time resolution was halved
     events: int = 0  # instants at which flows ended or timed events (starts, deliveries, link events, polls) ran
+    phases_replayed: int = 0  # lockstep phases whose run was taken from an identical earlier one (SimOptions.lockstep)
 
     @property
     def job_time_s(self) -> FloatArray:
