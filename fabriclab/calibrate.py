@@ -25,11 +25,16 @@ g <= 1 and a, h >= 0 (`scipy.optimize.lsq_linear`). Validation (`crosscheck`) ru
 calibration never saw on both backends and gives the difference per collective, and each collective's
 latency share (of its simulated time, what the delays add): where that is above a quarter
 (`LATENCY_BOUND_SHARE`, e.g. a broadcast of a few hundred bytes down a pipelined chain) the backends
-differ by design, because the simulator charges the per-transfer delay to every chunk while the
-emulator's agents forward chunks cut-through. For the same reason a collective scheduled as a
-pipelined chain (`PIPELINED_KINDS`: broadcast and reduce) is compared by neither measure: the
-simulator forwards each chunk once it is whole (store and forward), k chunks down h hops in
-(k + h - 1) chunk times, where the emulator's agents forward every byte as it arrives (`comparable`).
+differ by design: the simulator charges the fitted per-transfer delay to every chunk, a fluid
+average of what the emulator spends per transfer. A collective scheduled as a pipelined chain
+(`PIPELINED_KINDS`: broadcast and reduce) is compared by neither measure (`comparable`): its chunks
+are small and each one's delays chain down the hops.
+
+The simulator runs cut-through here (`CUT_THROUGH`, `SimOptions.cut_through`), as the replay's
+agents forward: a transfer begins with what it depends on, holds its pair's connections for the
+per-transfer delay before its first byte (so a pair's transfers, taken in turn, each pay it), and
+is delivered the per-hop latency after its last byte, no earlier than what it depends on. A ring
+then has S = 2(n-1) as before and H = one path's hops.
 """
 from __future__ import annotations
 
@@ -59,17 +64,25 @@ MICRO_DILATION = 100_000.0
 #: Each microbenchmark runs this many times; the fit takes the fastest, because the userspace datapath
 #: stalls for tens of milliseconds with no fault (PLATFORM.md), which only ever adds time.
 MICRO_REPEAT = 2
-#: A delay added in the simulator to measure a collective's sensitivity to it (features S and H), seconds.
-PROBE_S = 1e-6
+#: A delay added in the simulator to measure a collective's sensitivity to it (features S and H), seconds:
+#: small against a step (the microbenchmarks' shortest transfer is ~0.5 us real), because cut-through
+#: the sensitivity depends on the delay's size (a latency longer than a step chains from step to step)
+PROBE_S = 1e-8
 CALIBRATION_VERSION = 1
+#: The simulator runs the calibration and the cross-check cut-through (`SimOptions.cut_through`), as
+#: the replay's agents forward. Store and forward ran DLRM's pairwise all-to-all's 15 rounds one after
+#: another where the emulator overlaps them: on pyramid-16 the simulator was 34-38% slower than the
+#: emulator there; cut-through, refitted on the same run's microbenchmarks, 5-8% faster (ring
+#: all-reduces unchanged, within 2.5%).
+CUT_THROUGH = True
 #: A collective whose simulated time is more than this share per-transfer and per-hop delay is
-#: latency-bound: there the two backends differ by design (the simulator charges the delay to every
-#: transfer, pipelined chunks included; the emulator's agents forward cut-through). Measured: ring
-#: all-reduces of 8-31 MB 3-11%, DLRM's all-to-alls 1%, ResNet's broadcasts of 212 kB and 424 B 52% and 100%.
+#: latency-bound: there the two backends differ by design (the simulator charges the fitted delay to
+#: every transfer, pipelined chunks included). Measured (store and forward): ring all-reduces of 8-31 MB
+#: 3-11%, DLRM's all-to-alls 1%, ResNet's broadcasts of 212 kB and 424 B 52% and 100%.
 LATENCY_BOUND_SHARE = 0.25
-#: Collectives scheduled as a pipelined chain (`traffic.collectives`): the simulator forwards a chunk
-#: once it is whole, the emulator byte by byte, so their times differ by design (module docstring;
-#: measured: ResNet-50's 212 kB broadcast down 16 ranks 2.4-3.7x the emulator's)
+#: Collectives scheduled as a pipelined chain (`traffic.collectives`): small chunks whose delays chain
+#: down the hops, so their times differ by design (module docstring; measured: ResNet-50's 212 kB
+#: broadcast down 16 ranks 2.4-3.7x the emulator's store and forward, 1.5-1.9x cut-through)
 PIPELINED_KINDS = ("broadcast", "reduce")
 
 
@@ -98,6 +111,7 @@ class Calibration:
     per_transfer_emu_s: float
     per_hop_emu_s: float
     samples: tuple[Sample, ...] = ()
+    cut_through: bool = False  # the features (and so the fit) are the cut-through simulator's (CUT_THROUGH)
 
     def check(self) -> None:
         if not 0 < self.goodput_share <= 1:
@@ -117,11 +131,12 @@ class Calibration:
         """The simulator's options to compare with an emulated run at `dilation`."""
         return dataclasses.replace(base or SimOptions(), goodput_share=self.goodput_share,
                                    per_transfer_s=self.per_transfer_emu_s / dilation,
-                                   per_hop_s=self.per_hop_emu_s / dilation)
+                                   per_hop_s=self.per_hop_emu_s / dilation, cut_through=self.cut_through)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": CALIBRATION_VERSION, "goodput_share": self.goodput_share,
                 "per_transfer_emu_s": self.per_transfer_emu_s, "per_hop_emu_s": self.per_hop_emu_s,
+                "cut_through": self.cut_through,
                 "samples": [dataclasses.asdict(s) | {"predicted_us": self.predict_us(s)} for s in self.samples]}
 
     def write(self, path: Path) -> None:
@@ -142,16 +157,20 @@ class Calibration:
         try:
             fields = {f.name for f in dataclasses.fields(Sample)}
             samples = tuple(Sample(**{k: v for k, v in s.items() if k in fields}) for s in data.get("samples", []))
+            cut_through = data.get("cut_through", False)  # a file from before: store-and-forward features
+            if not isinstance(cut_through, bool):
+                raise TypeError(f"cut_through must be true or false, got {cut_through!r}")
             cal = cls(float(data["goodput_share"]), float(data["per_transfer_emu_s"]), float(data["per_hop_emu_s"]),
-                      samples)
+                      samples, cut_through)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CalibrationError(f"{p}: a field is missing or malformed: {e}") from None
         cal.check()
         return cal
 
 
-def fit(samples: Sequence[Sample]) -> Calibration:
-    """The least-squares (1/g, a, h) of the samples (module docstring)."""
+def fit(samples: Sequence[Sample], cut_through: bool = CUT_THROUGH) -> Calibration:
+    """The least-squares (1/g, a, h) of the samples (module docstring); `cut_through`: the samples'
+    features are the cut-through simulator's, and the calibration's simulator runs so."""
     from scipy.optimize import lsq_linear
 
     if len(samples) < 3:
@@ -166,7 +185,7 @@ def fit(samples: Sequence[Sample]) -> Calibration:
     w = 1.0 / e
     res = lsq_linear(a * w[:, None], e * w, bounds=([1.0, 0.0, 0.0], [np.inf, np.inf, np.inf]))
     inv_g, per_transfer, per_hop = (float(x) for x in res.x)
-    cal = Calibration(min(1.0, 1.0 / inv_g), max(0.0, per_transfer), max(0.0, per_hop), tuple(samples))
+    cal = Calibration(min(1.0, 1.0 / inv_g), max(0.0, per_transfer), max(0.0, per_hop), tuple(samples), cut_through)
     cal.check()
     return cal
 
@@ -191,15 +210,17 @@ def micro_sizes_bytes(fabric: Fabric, dilation: float = MICRO_DILATION,
     return [int(round(t * host_bps / 8 * n / bytes_scale)) for t in transfer_emu_s]
 
 
-def features(workload: Workload, fabric: Fabric, routing: str, options: ReplayOptions) -> list[tuple[float, float, float]]:
-    """Per collective of the workload: (T0 us, S, H) from the simulator (module docstring)."""
+def features(workload: Workload, fabric: Fabric, routing: str, options: ReplayOptions,
+             cut_through: bool = CUT_THROUGH) -> list[tuple[float, float, float]]:
+    """Per collective of the workload: (T0 us, S, H) from the simulator (module docstring), cut-through
+    or store and forward."""
     from traffic.replay.simulate import simulate_replay
 
     def durations(sim: SimOptions) -> list[float]:
         res = simulate_replay(workload, "microbenchmarks", fabric, routing, options, sim)
         return [c.duration_real_us for c in res.collectives]
 
-    base = SimOptions(poll_s=0.0)
+    base = SimOptions(poll_s=0.0, cut_through=cut_through)
     t0 = durations(base)
     with_a = durations(dataclasses.replace(base, per_transfer_s=PROBE_S))
     with_h = durations(dataclasses.replace(base, per_hop_s=PROBE_S))
@@ -211,7 +232,7 @@ EmulatedRun = Callable[[Workload, Fabric, str, ReplayOptions], RunResult]
 
 def calibrate(fabrics: Sequence[tuple[Fabric, str]], run_emulated: EmulatedRun,
               dilation: float = MICRO_DILATION, log: Callable[[str], None] | None = None,
-              repeat: int = MICRO_REPEAT) -> Calibration:
+              repeat: int = MICRO_REPEAT, cut_through: bool = CUT_THROUGH) -> Calibration:
     """Run the microbenchmarks on each (fabric, routing) with `run_emulated` (the emulation replay),
     `repeat` times each, take the simulator's features of the same collectives, and fit to the fastest
     emulated run of each."""
@@ -226,7 +247,7 @@ def calibrate(fabrics: Sequence[tuple[Fabric, str]], run_emulated: EmulatedRun,
             log(f"microbenchmarks on {fab.name} ({routing}): ring all-reduce of {', '.join(map(str, sizes))} B "
                 f"at dilation {dilation:g}, {repeat} time(s) each")
         emulated = run_emulated(w, fab, routing, dataclasses.replace(opts, repeat=repeat))
-        feats = features(w, fab, routing, opts)
+        feats = features(w, fab, routing, opts, cut_through)
         colls = sorted(emulated.collectives, key=lambda c: c.index)
         if len(colls) != len(sizes) * repeat:
             raise CalibrationError(f"{fab.name}: {len(colls)} collectives emulated, {len(sizes) * repeat} expected")
@@ -239,7 +260,7 @@ def calibrate(fabrics: Sequence[tuple[Fabric, str]], run_emulated: EmulatedRun,
             fastest[i % len(sizes)] = min(fastest.get(i % len(sizes), math.inf), c.duration_real_us)
         for k, (t0, s, h) in enumerate(feats):
             samples.append(Sample(fab.name, routing, colls[k].kind, sizes[k], dilation, fastest[k], t0, s, h))
-    return fit(samples)
+    return fit(samples, cut_through)
 
 
 @dataclass(frozen=True)
@@ -311,7 +332,8 @@ def format_rows(rows: Sequence[CrossRow]) -> str:
 
 def format_calibration(cal: Calibration) -> str:
     lines = [f"goodput share {cal.goodput_share:.4f}, per transfer {cal.per_transfer_emu_s * 1e3:.2f} ms emulated, "
-             f"per hop {cal.per_hop_emu_s * 1e3:.2f} ms emulated",
+             f"per hop {cal.per_hop_emu_s * 1e3:.2f} ms emulated; "
+             f"simulator {'cut-through' if cal.cut_through else 'store and forward'}",
              f"{'topology':<16} {'size B':>12} {'emulated us':>12} {'fitted us':>10} {'diff':>7}"]
     for s in cal.samples:
         p = cal.predict_us(s)

@@ -33,14 +33,19 @@ def ring_sample(n: int, size: int, host_bps: float, hops: int, dilation: float, 
                       steps * hops)
 
 
-def test_the_simulators_features_of_a_ring_are_the_hand_worked_ones():
+@pytest.mark.parametrize("cut_through", [False, True], ids=["store-and-forward", "cut-through"])
+def test_the_simulators_features_of_a_ring_are_the_hand_worked_ones(cut_through):
+    # store and forward: every step waits for the one before in full, so each of the 2(n-1) steps
+    # adds its delays. Cut-through: a pair's steps take its connections one after another, each
+    # holding them for the per-transfer delay before its first byte, so the 2(n-1) per-transfer delays
+    # still add up, but the latency per hop is paid once, after the last byte (4 hops)
     n, size = 16, 64_000_000
     w = cal.micro_workload(n, [size, 4 * size])
-    feats = cal.features(w, DP16, "adaptive", ReplayOptions(ranks=n, ports="planned", dilation=1.0))
+    feats = cal.features(w, DP16, "adaptive", ReplayOptions(ranks=n, ports="planned", dilation=1.0), cut_through)
     for (t0_us, s, h), sz in zip(feats, (size, 4 * size)):
         assert t0_us == pytest.approx(2 * (n - 1) * sz / n * 8 / 400e9 * 1e6, rel=1e-6)
         assert s == pytest.approx(2 * (n - 1), rel=1e-4)
-        assert h == pytest.approx(2 * (n - 1) * 4, rel=1e-4)
+        assert h == pytest.approx(4 if cut_through else 2 * (n - 1) * 4, rel=1e-4)
 
 
 def test_the_fit_recovers_the_parameters_the_samples_were_made_with():
@@ -57,6 +62,8 @@ def test_the_fit_recovers_the_parameters_the_samples_were_made_with():
     assert opts.goodput_share == fitted.goodput_share
     assert opts.per_transfer_s == pytest.approx(truth["a_s"] / 2e5, rel=1e-5)
     assert opts.per_hop_s == pytest.approx(truth["h_s"] / 2e5, rel=1e-5)
+    assert opts.cut_through is fitted.cut_through is cal.CUT_THROUGH
+    assert cal.fit(samples, cut_through=False).sim_options(2e5).cut_through is False
 
 
 def test_the_fit_keeps_the_goodput_share_at_most_one_and_the_delays_non_negative():
@@ -92,7 +99,7 @@ def test_calibrate_fits_the_fastest_of_the_repeated_microbenchmarks_and_names_a_
                  for i in range(3 * opts.repeat)]
         return SimpleNamespace(collectives=colls[::-1])  # in any order: the index says which
 
-    fitted = cal.calibrate([(DP16, "adaptive")], run, repeat=2)
+    fitted = cal.calibrate([(DP16, "adaptive")], run, repeat=2, cut_through=False)
     assert len(fitted.samples) == 3
     for smp in fitted.samples:
         assert smp.emulated_us == pytest.approx(by_hand(smp.size_bytes, smp.dilation), rel=1e-9)
@@ -100,6 +107,12 @@ def test_calibrate_fits_the_fastest_of_the_repeated_microbenchmarks_and_names_a_
     assert fitted.goodput_share == pytest.approx(g, rel=1e-3)
     # one fabric, one hop count: only a + 4h is determined
     assert fitted.per_transfer_emu_s + 4 * fitted.per_hop_emu_s == pytest.approx(a_s + 4 * h_s, rel=1e-2)
+    # the cut-through simulator puts the 2(n-1) per-transfer delays on the ring's path but the per-hop
+    # latency once (4 hops): the same emulated times are 2(n-1) a' + 4 h' = 2(n-1) (a + 4 h)
+    ct = cal.calibrate([(DP16, "adaptive")], run, repeat=2, cut_through=True)
+    assert ct.cut_through and ct.goodput_share == pytest.approx(g, rel=1e-3)
+    assert 2 * (n - 1) * ct.per_transfer_emu_s + 4 * ct.per_hop_emu_s == pytest.approx(
+        2 * (n - 1) * (a_s + 4 * h_s), rel=1e-2)
 
     def short(w, fab, routing, opts):
         return SimpleNamespace(collectives=run(w, fab, routing, opts).collectives[:5])
@@ -123,12 +136,19 @@ def test_a_calibration_file_round_trips_and_bad_files_are_named(tmp_path: Path):
     path = tmp_path / "cal.json"
     c.write(path)
     back = cal.Calibration.read(path)
-    assert back.goodput_share == c.goodput_share and back.samples == c.samples
+    assert back.goodput_share == c.goodput_share and back.samples == c.samples and back.cut_through is c.cut_through
+    # a file from before the cut-through simulator: its features were store and forward
+    old = json.loads(path.read_text())
+    del old["cut_through"]
+    path.write_text(json.dumps(old))
+    assert cal.Calibration.read(path).cut_through is False
     bad = tmp_path / "bad.json"
     for text, match in (("{", "not a calibration file"), ('{"version": 99}', "version"),
                         ('{"version": 1, "goodput_share": 0.9}', "missing or malformed"),
                         ('{"version": 1, "goodput_share": 1.5, "per_transfer_emu_s": 0, "per_hop_emu_s": 0}',
-                         "goodput_share")):
+                         "goodput_share"),
+                        ('{"version": 1, "goodput_share": 0.9, "per_transfer_emu_s": 0, "per_hop_emu_s": 0, '
+                         '"cut_through": "yes"}', "cut_through must be true or false")):
         bad.write_text(text)
         with pytest.raises(cal.CalibrationError, match=match):
             cal.Calibration.read(bad)

@@ -414,6 +414,49 @@ def test_connections_are_the_replays_own(ports):
     assert len(replay) == 16 * 2 * 2  # 16 ring pairs x 2 planes x 2 channels
 
 
+@pytest.mark.parametrize("ports", ["planned", "hashed"])
+def test_connections_are_the_replays_own_on_every_lane(ports):
+    # a trace with two streams (a ring all-reduce on "0", an all-to-all on "1"): the replay gives each
+    # stream its own connections (a lane), drawing hashed ports lane by lane; the simulator's, asked
+    # for the same (pair, lane)s, must be the very same, lane for lane (else it models other ECMP
+    # collisions than the emulator had: the all-to-all's ports would be lane 0's)
+    from fabric.flowsim import plan_connections
+    from tests.test_replay import DP16, coll, workload
+    from traffic.replay import ReplayOptions, plan_replay
+
+    w = workload([coll(size=16_000_000, n=16, stream="0"), coll("all_to_all", size=16_000_000, n=16, stream="1")],
+                 n=16)
+    plan = plan_replay(w, DP16, ReplayOptions(channels=2, dilation=1000, ports=ports, seed=3))
+    replay = {(c.src_host, c.dst_host, c.lane, c.src_ip, c.dst_ip, c.sport) for c in plan.connections}
+    ours = plan_connections(DP16, EcmpPolicy(PathTable(DP16)).entropy, {(c.src_host, c.dst_host, c.lane)
+                                                                        for c in plan.connections},
+                            channels=2, ports=ports, seed=3)
+    assert {(a, b, lane, str(c.src.ip), str(c.dst.ip), c.sport) for (a, b, lane), cs in ours.items() for c in cs} \
+        == replay
+    assert len(replay) == (16 + 16 * 15) * 2 * 2  # lane 0: 16 ring pairs; lane 1: every pair
+    if ports == "hashed":  # lane 1's ports are not lane 0's
+        lane0 = {(a, b): [c.sport for c in cs] for (a, b, lane), cs in ours.items() if lane == 0}
+        lane1 = {(a, b): [c.sport for c in cs] for (a, b, lane), cs in ours.items() if lane == 1}
+        assert all(lane0[p] != lane1[p] for p in lane0)
+    # and a job on lane L sends every transfer over the replay's lane-L connections of its pair
+    from fabric.flowsim.executor import _Run
+
+    jobs = [Job(plan.templates[c.template].dag, plan.placement, lane=plan.templates[c.template].lane)
+            for c in plan.calls]
+    assert sorted(j.lane for j in jobs) == [0, 1]
+    state = _Run(DP16, EcmpPolicy(PathTable(DP16)), jobs, SimOptions(channels=2, ports=ports, seed=3), [])
+    by_pair = {}
+    for c in plan.connections:
+        by_pair.setdefault((c.src_host, c.dst_host, c.lane), []).append(c.sport)
+    for job, k in zip(jobs, state.job_tpl):
+        tpl = state.templates[k]
+        cols = job.columns
+        for i in range(len(cols)):
+            a, b = plan.placement.host(int(cols.src[i])), plan.placement.host(int(cols.dst[i]))
+            got = [state.conns[c].sport for c in range(state.pair_ptr[tpl.pair[i]], state.pair_ptr[tpl.pair[i] + 1])]
+            assert got == by_pair[(a, b, job.lane)], (a, b, job.lane)
+
+
 def test_two_jobs_share_a_receiver_and_each_completes_on_its_own():
     # leaf-spine-16: job A h0 -> h4 from 0 s, job B h1 -> h4 from t_b; both end on h4's 400 G NIC link.
     # Until t_b A alone gets 400 G; then 200 G each (max-min on leafA1 -> h4) until A ends, then B 400 G.
@@ -654,3 +697,64 @@ def test_replayed_lockstep_phases_give_the_times_and_loads_of_simulating_every_p
     drift_bytes = 29 * 16 if case == "uneven sizes" else 1e-3
     assert replayed.link_bytes() == pytest.approx(every.link_bytes(), rel=1e-9, abs=drift_bytes)
     assert replayed.edges_s[-1] == pytest.approx(every.edges_s[-1], rel=1e-9, abs=drift_s)
+
+
+def test_cut_through_begins_with_what_it_depends_on_queues_per_pair_and_delivers_after_it():
+    # leaf-spine-16, ranks 0..3 on h0..h3 (one leaf, 400 G NICs, nothing shared but a NIC); unit = S / B.
+    # Store and forward vs cut-through (SimOptions.cut_through), worked by hand:
+    fab = topofile.load("leaf-spine-16")
+    size = 4_000_000
+    unit = size * 8 / 400e9
+    o = 3e-6  # a per-transfer delay, for the last case
+    place = one_rank_per_host(fab, 4)
+
+    def times(transfers, **opts):
+        dag = TransferDag(tuple(transfers), (0, 1, 2, 3))
+        out = []
+        for ct in (False, True):
+            _, res = run("leaf-spine-16", [Job(dag, place)], options=SimOptions(cut_through=ct, **opts))
+            out.append((res.transfer_start_s.tolist(), res.transfer_end_s.tolist()))
+        return out
+
+    # a chain over two pairs: forwarded as it arrives, the second runs beside the first
+    (s0, e0), (s1, e1) = times([Transfer(0, 1, size), Transfer(1, 2, size, deps=(0,))])
+    assert e0 == pytest.approx([unit, 2 * unit]) and s0[1] == pytest.approx(unit)
+    assert e1 == pytest.approx([unit, unit]) and s1 == [0.0, 0.0]
+    # the second is shorter: sent at S/B, delivered only with the first (2S/B), not before
+    _, (_, e1) = times([Transfer(0, 1, 2 * size), Transfer(1, 2, size, deps=(0,))])
+    assert e1 == pytest.approx([2 * unit, 2 * unit])
+    # the second is longer: it ends on its own, at 2S/B (store and forward: 3S/B)
+    (_, e0), (_, e1) = times([Transfer(0, 1, size), Transfer(1, 2, 2 * size, deps=(0,))])
+    assert e0[1] == pytest.approx(3 * unit) and e1 == pytest.approx([unit, 2 * unit])
+    # one pair, two transfers: shared (both end at 2S/B) vs in turn (S/B, then 2S/B)
+    (s0, e0), (s1, e1) = times([Transfer(0, 1, size), Transfer(0, 1, size)])
+    assert e0 == pytest.approx([2 * unit, 2 * unit])
+    assert e1 == pytest.approx([unit, 2 * unit]) and s1 == pytest.approx([0.0, unit])
+    # the same sender's earlier send: waited for until sent (S/B), not only begun
+    _, (s1, e1) = times([Transfer(0, 1, size), Transfer(0, 2, size, deps=(0,))])
+    assert s1 == pytest.approx([0.0, unit]) and e1 == pytest.approx([unit, 2 * unit])
+    # with a delay o per transfer: the chain's second is sent at S/B, its dependency delivered at
+    # S/B + o, so it is delivered at S/B + 2o (store and forward: 2S/B + 2o)
+    (_, e0), (_, e1) = times([Transfer(0, 1, size), Transfer(1, 2, size, deps=(0,))], per_transfer_s=o)
+    assert e0 == pytest.approx([unit + o, 2 * unit + 2 * o]) and e1 == pytest.approx([unit + o, unit + 2 * o])
+    with pytest.raises(FlowSimError, match="cut_through and lockstep"):
+        SimOptions(cut_through=True, lockstep=True).check()
+
+
+@pytest.mark.parametrize("topo, ports", [("pyramid-16", "hashed"), ("dual-plane-16", "planned")])
+def test_a_cut_through_pairwise_all_to_all_takes_as_long_as_sending_every_piece_at_once(topo, ports):
+    # pairwise rounds (q -> q+k after q's receive of round k-1): each round's dependency has begun at
+    # once, every round is on its own pair (no queueing), and every delivery waits only for ends that
+    # come no later than the job's last; so the job takes what the direct all-to-all (no dependencies)
+    # takes, where store and forward runs the 15 rounds one after another
+    fab = topofile.load(topo)
+    place = one_rank_per_host(fab, 16)
+    pairwise = schedule("all_to_all", 16_000_000, list(range(16)), "pairwise")
+    direct = schedule("all_to_all", 16_000_000, list(range(16)), "direct")
+    opts = SimOptions(ports=ports)
+    _, ct = run(topo, [Job(pairwise, place)], options=dataclasses.replace(opts, cut_through=True))
+    _, saf = run(topo, [Job(pairwise, place)], options=opts)
+    _, at_once = run(topo, [Job(direct, place)], options=opts)
+    assert ct.job_time_s[0] == pytest.approx(at_once.job_time_s[0], rel=1e-9)
+    if topo == "pyramid-16":  # rounds that cross its oversubscribed tiers in turn
+        assert saf.job_time_s[0] > 1.2 * ct.job_time_s[0]

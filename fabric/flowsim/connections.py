@@ -7,10 +7,13 @@ connections (`fabric.transfers.split_bytes`). Source ports:
 - `planned`: connection c gets `fabric.routing.entropy.channel_sport(c)` (the one rule both use),
   so under default weights channel c takes the c-th equal-cost next hop at every deciding tier;
 - `hashed`: drawn as the replay draws them, from `random.Random(seed)` in Linux's ephemeral range
-  32768..60999, pairs in order of (sender index, receiver index), NICs in order, channels in order,
-  drawing again if the (source address, source port, destination address) is taken. With the same
-  host pairs and seed, the replay and the simulator get the very same ports (for one lane: the
-  replay gives each stream of a trace its own set of connections; the simulator has one set).
+  32768..60999, pairs in order of (lane, sender index, receiver index), NICs in order, channels in
+  order, drawing again if the (source address, source port, destination address, lane) is taken.
+
+Lanes: the replay gives each stream of a trace its own set of connections (a lane, to its own port of
+the agents); a pair given as (sender, receiver, lane) gets that lane's connections, (sender, receiver)
+lane 0's. With the same pairs, lanes and seed, the replay and the simulator get the very same ports,
+so the same ECMP collisions.
 """
 from __future__ import annotations
 
@@ -38,23 +41,32 @@ class Connection:
     sport: int
 
 
-def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[tuple[str, str]], *, channels: int = 2,
-                     ports: str = "planned", seed: int = 0) -> dict[tuple[str, str], tuple[Connection, ...]]:
-    """(sender host, receiver host) -> its connections, for every pair in `pairs` (module docstring)."""
+Pair = tuple[str, str] | tuple[str, str, int]
+
+
+def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[Pair], *, channels: int = 2,
+                     ports: str = "planned", seed: int = 0) -> dict[Pair, tuple[Connection, ...]]:
+    """(sender host, receiver host[, lane]) -> its connections, for every pair in `pairs`, keyed as
+    given (module docstring)."""
     if channels < 1:
         raise FlowSimError(f"channels must be >= 1, got {channels}")
     if ports not in PORT_RULES:
         raise FlowSimError(f"ports must be one of {PORT_RULES}, got {ports!r}")
     index = {h.name: h.index for h in fabric.hosts}
-    for a, b in pairs:
-        for h in (a, b):
+    given = set(pairs)
+    for pair in given:
+        for h in pair[:2]:
             if h not in index:
                 raise FlowSimError(f"host {h!r} is not in fabric {fabric.name!r}")
+        if len(pair) == 3 and not (isinstance(pair[2], int) and pair[2] >= 0):
+            raise FlowSimError(f"pair {pair}: a lane is an integer >= 0")
     rng = random.Random(seed)
-    used: set[tuple[str, int, str]] = set()
-    out: dict[tuple[str, str], tuple[Connection, ...]] = {}
+    used: set[tuple[str, int, str, int]] = set()
+    out: dict[Pair, tuple[Connection, ...]] = {}
     n = 0
-    for a, b in sorted(set(pairs), key=lambda p: (index[p[0]], index[p[1]])):
+    for pair in sorted(given, key=lambda p: (p[2] if len(p) == 3 else 0, index[p[0]], index[p[1]])):
+        a, b = pair[0], pair[1]
+        lane = pair[2] if len(pair) == 3 else 0
         conns = []
         for nic in fabric.nics_of[a]:
             peer = [m for m in fabric.nics_of[b] if m.plane == nic.plane]
@@ -66,12 +78,12 @@ def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[tuple
                 else:
                     while True:
                         sport = rng.randrange(*HASHED_PORTS)
-                        if (str(nic.ip), sport, str(peer[0].ip)) not in used:
+                        if (str(nic.ip), sport, str(peer[0].ip), lane) not in used:
                             break
-                used.add((str(nic.ip), sport, str(peer[0].ip)))
+                used.add((str(nic.ip), sport, str(peer[0].ip), lane))
                 conns.append(Connection(n, nic, peer[0], ch, sport))
                 n += 1
         if not conns:
             raise FlowSimError(f"hosts {a} and {b} share no plane")
-        out[(a, b)] = tuple(conns)
+        out[pair] = tuple(conns)
     return out

@@ -55,10 +55,12 @@ import functools
 import heapq
 import itertools
 import math
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from fabric.flowsim.connections import Connection, plan_connections
 from fabric.flowsim.maxmin import FloatArray, FlowSimError, IntArray, max_min_rates
@@ -85,6 +87,7 @@ class Job:
     placement: Placement
     start_s: float = 0.0
     after: tuple[int, ...] = ()
+    lane: int = 0  # the set of connections its transfers use (the replay's lane: one per stream of a trace)
 
     @property
     def columns(self) -> TransferColumns:
@@ -130,8 +133,20 @@ class SimOptions:
     # that begins on an idle fabric with the same host pairs and sizes as an earlier one is replayed
     # from it (one event instead of its flows' events; same times, same loads)
     lockstep: bool = False
+    # cut-through, as the replay's agents forward (`traffic.replay.agent`): a transfer may begin once
+    # each transfer it depends on has begun (received data is forwarded as it arrives) or, for the same
+    # sender's earlier sends, has been sent; it is delivered no earlier than those it depends on; and a
+    # host pair's transfers take its connections one after another, in order (each connection's parts
+    # are sent in turn). The per-transfer delay then holds the pair before the first byte (the agent's
+    # work per transfer), the per-hop delay is the latency between the last byte sent and delivered.
+    # Off: store and forward (a transfer waits for its dependencies in full; it is delivered both
+    # delays after its last byte), and transfers of one pair share its connections at once. Not with
+    # lockstep
+    cut_through: bool = False
 
     def check(self) -> None:
+        if self.cut_through and self.lockstep:
+            raise FlowSimError("cut_through and lockstep exclude each other (lockstep waits for whole steps)")
         if self.per_transfer_s < 0 or self.per_hop_s < 0:
             raise FlowSimError(f"overheads must be >= 0, got per_transfer_s={self.per_transfer_s}, "
                                f"per_hop_s={self.per_hop_s}")
@@ -215,7 +230,7 @@ class _PhaseRun:
 #: the pool's arrays (`_Run`): one entry per transfer of every job that has started and not completed
 _POOL = {"t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
          "deps_left": np.int64, "start_s": np.float64, "end_s": np.float64, "parts_left": np.int64,
-         "hops": np.int64}
+         "hops": np.int64, "wait_left": np.int64, "sent_s": np.float64}
 
 
 class _Template:
@@ -225,14 +240,16 @@ class _Template:
     all the run's pairs (-1: both ranks on one host), set by `locate_pairs`; the phases (lockstep
     only, computed on first use)."""
 
-    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, n_hosts: int) -> None:
+    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, n_hosts: int, lane: int = 0) -> None:
         self.cols = cols  # kept: the run keys templates by the DAG object's id
         self.size = cols.size_bytes
         self.dep_count = np.diff(cols.dep_ptr)
         self.succ_ptr, self.succ = cols.successors()
         self.roots = np.flatnonzero(self.dep_count == 0).astype(np.intp)
         remote = src != dst
-        self.keys = src * n_hosts + dst
+        self.src_host = src
+        # a pair's key: (lane, sender, receiver) in one integer
+        self.keys = (lane * n_hosts + src.astype(np.int64)) * n_hosts + dst
         self.remote = remote
         self.pair_keys = np.unique(self.keys[remote])
         self.pair = np.full(src.size, -1, dtype=np.intp)
@@ -247,6 +264,13 @@ class _Template:
     def phase_size(self) -> IntArray:
         """Each phase's transfer count."""
         return np.bincount(self.phase_of).astype(np.int64)
+
+    @functools.cached_property
+    def succ_same_sender(self) -> npt.NDArray[np.bool_]:
+        """Per successor edge (aligned with `succ`): the successor has the same sending host as the
+        transfer it depends on (an earlier send of that host, not data it received; cut-through)."""
+        first = np.repeat(np.arange(self.size.size), np.diff(self.succ_ptr))
+        return np.asarray(self.src_host[self.succ] == self.src_host[first])
 
     @functools.cached_property
     def phases_closed(self) -> bool:
@@ -265,7 +289,9 @@ class _Template:
             if host not in fabric.host_by_name:
                 raise FlowSimError(f"rank {r} is placed on {host!r}, not a host of fabric {fabric.name!r}")
             rank_host[r] = host_index[host]
-        return cls(cols, rank_host[cols.src], rank_host[cols.dst], len(host_index))
+        if job.lane < 0:
+            raise FlowSimError(f"job {job.dag.label or ''}: lane must be >= 0, got {job.lane}")
+        return cls(cols, rank_host[cols.src], rank_host[cols.dst], len(host_index), job.lane)
 
     def locate_pairs(self, pair_key: IntArray) -> None:
         self.pair[self.remote] = np.searchsorted(pair_key, self.keys[self.remote])
@@ -287,14 +313,14 @@ class _Run:
         # per distinct (DAG, placement): its transfers' hosts, sizes, dependency counts and successors
         # (a replay's calls of one collective share them); the jobs' state lives in a pool (below)
         self.templates: list[_Template] = []
-        by_key: dict[tuple[int, Placement], int] = {}
+        by_key: dict[tuple[int, Placement, int], int] = {}
         self.job_tpl: list[int] = []
         offsets: list[int] = []
         n = 0
         for k, j in enumerate(jobs):
             if j.start_s < 0 or not math.isfinite(j.start_s):
                 raise FlowSimError(f"job {j.dag.label or k}: start_s must be finite and >= 0")
-            key = (id(j.dag), j.placement)
+            key = (id(j.dag), j.placement, j.lane)
             if key not in by_key:
                 by_key[key] = len(self.templates)
                 self.templates.append(_Template.of(j, fabric, host_index))
@@ -306,8 +332,8 @@ class _Run:
         # job in a contiguous range of it (`self.base`), reused once the job has completed
         self.cap = 0
         self.t_job = self.t_pair = np.zeros(0, dtype=np.intp)
-        self.t_size = self.deps_left = self.parts_left = self.hops = np.zeros(0, dtype=np.int64)
-        self.start_s = self.end_s = np.zeros(0)
+        self.t_size = self.deps_left = self.parts_left = self.hops = self.wait_left = np.zeros(0, dtype=np.int64)
+        self.start_s = self.end_s = self.sent_s = np.zeros(0)
         self._grow(0)  # each its own array
         self.base: dict[int, int] = {}  # active job -> its first index in the pool
         self.kept_start: dict[int, FloatArray] = {}  # completed job -> its transfers' times (transfer_times)
@@ -338,7 +364,9 @@ class _Run:
         # connections: per host pair (sender index, receiver index) a contiguous range of ids
         names = [h.name for h in fabric.hosts]
         pair_keys = np.unique(np.concatenate([np.zeros(0, dtype=np.intp), *(t.pair_keys for t in self.templates)]))
-        pairs = [(names[int(k) // len(names)], names[int(k) % len(names)]) for k in pair_keys]
+        n_hosts = len(names)
+        pairs = [(names[int(k) % (n_hosts * n_hosts) // n_hosts], names[int(k) % n_hosts], int(k) // (n_hosts * n_hosts))
+                 for k in pair_keys]
         plan = plan_connections(fabric, policy.entropy, pairs, channels=opts.channels, ports=opts.ports,
                                 seed=opts.seed)
         self.conns: list[Connection] = []
@@ -348,6 +376,9 @@ class _Run:
             pair_ptr.append(len(self.conns))
         self.pair_key = pair_keys.astype(np.intp)
         self.pair_ptr = np.asarray(pair_ptr, dtype=np.intp)
+        # cut-through: the transfer sending on each pair (-1: none) and those queued behind it, in order
+        self.pair_busy = np.full(len(pairs), -1, dtype=np.intp)
+        self.pair_queue: dict[int, deque[int]] = {}
         for t in self.templates:
             t.locate_pairs(self.pair_key)
         # every connection's path: a row of link indexes padded with -1 (all -1: dropped)
@@ -368,7 +399,8 @@ class _Run:
         self.memo_flows = 0
         # timed events: (time, order, kind, payload); kinds: 0 link event, 1 job start, 2 delivery of a
         # batch of transfers (payload: index into self.batches), 3 poll, 4 a replayed phase's end
-        # (payload: index into self.replays)
+        # (payload: index into self.replays), 5 transfers done with their per-transfer delay (cut-through;
+        # payload: index into self.batches)
         self.heap: list[tuple[float, int, int, int]] = []
         self.batches: dict[int, IntArray] = {}
         self.seq = 0
@@ -440,6 +472,9 @@ class _Run:
     # ---- transfers -----------------------------------------------------------------------------
     def _begin(self, g: IntArray) -> None:
         """Transfers `g` (their dependencies delivered) begin now."""
+        if self.opts.cut_through:
+            self._begin_ct(g)
+            return
         if self.opts.lockstep and g.size and PHASE_REPLAY:
             self.watch = None  # whatever was watched no longer runs alone
             if self._phase_replay(g):
@@ -453,47 +488,223 @@ class _Run:
             local = g[self.t_pair[g] < 0]
             g = g[self.t_pair[g] >= 0]
             if g.size:
-                pair = self.t_pair[g]
-                lo, hi = self.pair_ptr[pair], self.pair_ptr[pair + 1]
-                k = hi - lo  # connections per transfer
-                if k[0] == k[-1] and bool((k == k[0]).all()):  # the usual case: as many for every pair
-                    # one row per transfer, one column per connection of its pair
-                    w = int(k[0])
-                    j = np.arange(w)
-                    part_t = np.repeat(g, w)
-                    conn = (lo[:, None] + j).ravel()
-                    base, extra = np.divmod(self.t_size[g], w)
-                    part_bytes = (base[:, None] + (j < extra[:, None])).ravel()
-                    self._route(conn)
-                    self.hops[g] = self.conn_hops[conn].reshape(-1, w).max(axis=1)
-                    keep = part_bytes > 0
-                    self.parts_left[g] = keep.reshape(-1, w).sum(axis=1)
-                else:
-                    part_t = np.repeat(g, k)  # one row per (transfer, connection)
-                    jk = np.arange(part_t.size) - np.repeat(np.cumsum(k) - k, k)  # connection's rank in its pair
-                    conn = np.repeat(lo, k) + jk
-                    base, extra = np.divmod(self.t_size[g], k)
-                    part_bytes = np.repeat(base, k) + (jk < np.repeat(extra, k))
-                    self._route(conn)
-                    self.hops[g] = np.maximum.reduceat(self.conn_hops[conn], np.cumsum(k) - k)
-                    keep = part_bytes > 0
-                    self.parts_left[g] = np.add.reduceat(keep.astype(np.int64), np.cumsum(k) - k)
-                if keep.any():
-                    if not self.f_conn.size and keep.all():  # the usual case after a ring's step
-                        self.f_conn, self.f_transfer, self.f_left_bits = conn, part_t, part_bytes * 8.0
-                    else:
-                        self.f_conn = np.concatenate([self.f_conn, conn[keep]])
-                        self.f_transfer = np.concatenate([self.f_transfer, part_t[keep]])
-                        self.f_left_bits = np.concatenate([self.f_left_bits, part_bytes[keep] * 8.0])
-                    self.dirty = True
-                    if self.poll_s > 0 and not self.poll_pending:
-                        self.poll_pending = True
-                        self._push(self.now + self.poll_s, 3, 0)
-                empty = g[self.parts_left[g] == 0]  # 0-byte transfers: only the overheads
+                empty = self._start_flows(g)
                 if empty.size:
                     self._drained(empty)
             if local.size:
                 todo.append(self._deliver(local))
+
+    def _start_flows(self, g: IntArray) -> IntArray:
+        """Transfers `g` (between two hosts) start sending now: one flow per connection of their pair;
+        returns those with nothing to send (0 bytes)."""
+        pair = self.t_pair[g]
+        lo, hi = self.pair_ptr[pair], self.pair_ptr[pair + 1]
+        k = hi - lo  # connections per transfer
+        if k[0] == k[-1] and bool((k == k[0]).all()):  # the usual case: as many for every pair
+            # one row per transfer, one column per connection of its pair
+            w = int(k[0])
+            j = np.arange(w)
+            part_t = np.repeat(g, w)
+            conn = (lo[:, None] + j).ravel()
+            base, extra = np.divmod(self.t_size[g], w)
+            part_bytes = (base[:, None] + (j < extra[:, None])).ravel()
+            self._route(conn)
+            self.hops[g] = self.conn_hops[conn].reshape(-1, w).max(axis=1)
+            keep = part_bytes > 0
+            self.parts_left[g] = keep.reshape(-1, w).sum(axis=1)
+        else:
+            part_t = np.repeat(g, k)  # one row per (transfer, connection)
+            jk = np.arange(part_t.size) - np.repeat(np.cumsum(k) - k, k)  # connection's rank in its pair
+            conn = np.repeat(lo, k) + jk
+            base, extra = np.divmod(self.t_size[g], k)
+            part_bytes = np.repeat(base, k) + (jk < np.repeat(extra, k))
+            self._route(conn)
+            self.hops[g] = np.maximum.reduceat(self.conn_hops[conn], np.cumsum(k) - k)
+            keep = part_bytes > 0
+            self.parts_left[g] = np.add.reduceat(keep.astype(np.int64), np.cumsum(k) - k)
+        if keep.any():
+            if not self.f_conn.size and keep.all():  # the usual case after a ring's step
+                self.f_conn, self.f_transfer, self.f_left_bits = conn, part_t, part_bytes * 8.0
+            else:
+                self.f_conn = np.concatenate([self.f_conn, conn[keep]])
+                self.f_transfer = np.concatenate([self.f_transfer, part_t[keep]])
+                self.f_left_bits = np.concatenate([self.f_left_bits, part_bytes[keep] * 8.0])
+            self.dirty = True
+            if self.poll_s > 0 and not self.poll_pending:
+                self.poll_pending = True
+                self._push(self.now + self.poll_s, 3, 0)
+        return g[self.parts_left[g] == 0]
+
+    # ---- cut-through (SimOptions.cut_through) ----------------------------------------------------
+    def _begin_ct(self, g: IntArray, granted: IntArray | None = None) -> None:
+        """Cut-through: transfers `g` may begin (`SimOptions.cut_through`); those whose pair is busy
+        queue behind it. `granted`: transfers taken off their pair's queue, which hold it already."""
+        todo: list[tuple[IntArray, bool]] = [(g, False)]
+        if granted is not None:
+            todo.append((granted, True))
+        while todo:
+            g, holds = todo.pop()
+            if not g.size:
+                continue
+            if not holds:
+                g = self._fifo(g)
+                if not g.size:
+                    continue
+            self.start_s[g] = self.now
+            remote = self.t_pair[g] >= 0
+            local = g[~remote]
+            if remote.any() and self.opts.per_transfer_s > 0:
+                # the per-transfer delay holds the pair before the first byte (`_setup_done`)
+                self.batches[self.seq] = g[remote]
+                self._push(self.now + self.opts.per_transfer_s, 5, self.seq)
+                started = local
+            else:
+                started = g
+            todo.extend(self._sending(started))
+
+    def _sending(self, g: IntArray) -> list[tuple[IntArray, bool]]:
+        """Cut-through: transfers `g` start sending now (those between hosts as flows); returns what
+        may begin because of it, as `_begin_ct`'s work items."""
+        remote = self.t_pair[g] >= 0
+        sent = self._start_flows(g[remote]) if remote.any() else g[:0]
+        out = [(self._released(g, same_sender=False), False)]
+        for done in (g[~remote], sent):  # nothing to send: sent at once
+            if done.size:
+                more, freed = self._sent_ct(done)
+                out += [(more, False), (freed, True)]
+        return out
+
+    def _setup_done(self, g: IntArray) -> None:
+        """Cut-through: transfers `g` have held their pairs for the per-transfer delay: they send now."""
+        for batch, holds in self._sending(g):
+            if holds:
+                self._begin_ct(batch[:0], batch)
+            else:
+                self._begin_ct(batch)
+
+    def _fifo(self, g: IntArray) -> IntArray:
+        """Of transfers `g`, those that may start sending now: one per pair whose connections are free
+        (the first in order); the others queue behind, in order. A queued pair is busy."""
+        pair = self.t_pair[g]
+        remote = np.flatnonzero(pair >= 0)
+        if not remote.size:
+            return g
+        rp = pair[remote]
+        first = np.zeros(rp.size, dtype=bool)
+        first[np.unique(rp, return_index=True)[1]] = True
+        free = first & (self.pair_busy[rp] < 0)
+        hold = remote[~free]
+        for i in hold.tolist():
+            self.pair_queue.setdefault(int(pair[i]), deque()).append(int(g[i]))
+        self.pair_busy[rp[free]] = g[remote[free]]
+        if not hold.size:
+            return g
+        keep = np.ones(g.size, dtype=bool)
+        keep[hold] = False
+        return g[keep]
+
+    def _sent_ct(self, g: IntArray) -> tuple[IntArray, IntArray]:
+        """Cut-through: transfers `g` have sent their last byte (or are local): each one's pair goes to
+        the next transfer queued on it, the same sender's later sends waiting for them may begin, and
+        they are delivered once everything they depend on is (after the overheads). Returns (released
+        successors, transfers granted their pair)."""
+        self.sent_s[g] = self.now
+        remote = g[self.t_pair[g] >= 0]
+        granted: list[int] = []
+        if remote.size:
+            pairs = self.t_pair[remote]
+            self.pair_busy[pairs] = -1
+            for p in pairs.tolist():
+                queue = self.pair_queue.get(p)
+                if queue:
+                    t = queue.popleft()
+                    self.pair_busy[p] = t
+                    granted.append(t)
+                    if not queue:
+                        del self.pair_queue[p]
+        released = self._released(g, same_sender=True)
+        self._deliver_due(g[self.wait_left[g] == 0])
+        return released, np.asarray(granted, dtype=np.intp)
+
+    def _released(self, g: IntArray, same_sender: bool) -> IntArray:
+        """Cut-through: the successors of transfers `g` whose dependencies have all begun (or been sent,
+        for the same sender's earlier sends) once those on `g` count: the edges to a successor with
+        the same sender (`same_sender`) or with another one."""
+        out = []
+        of = self.t_job[g]
+        for job in np.unique(of).tolist():
+            mine = g[of == job]
+            base = self.base[job]
+            tpl = self.templates[self.job_tpl[job]]
+            local = mine - base
+            lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
+            k = hi - lo
+            total = int(k.sum())
+            if not total:
+                continue
+            edge = np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)
+            edge = edge[tpl.succ_same_sender[edge] == same_sender]
+            nxt = tpl.succ[edge] + base
+            np.subtract.at(self.deps_left, nxt, 1)
+            out.append(nxt[self.deps_left[nxt] == 0])
+        if not out:
+            return np.zeros(0, dtype=np.intp)
+        return _distinct(out[0] if len(out) == 1 else np.concatenate(out))
+
+    def _delay_ct(self, g: IntArray) -> FloatArray:
+        """Cut-through: the delay between a transfer's last byte sent and its delivery: the path's
+        latency (the per-transfer delay was spent holding the pair before the first byte)."""
+        return np.asarray(self.opts.per_hop_s * self.hops[g], dtype=np.float64)
+
+    def _deliver_due(self, g: IntArray) -> None:
+        """Transfers `g`, sent and with all they depend on delivered: delivered after the path latency."""
+        if not g.size:
+            return
+        delay = self._delay_ct(g)
+        later = g[delay > 0]
+        if later.size:
+            d = delay[delay > 0]
+            for value in np.unique(d).tolist():
+                self.batches[self.seq] = later[d == value]
+                self._push(self.now + value, 2, self.seq)
+        now_ = g[delay <= 0]
+        if now_.size:
+            self._deliver(now_)
+
+    def _deliver_ct(self, g: IntArray) -> None:
+        """Cut-through: transfers `g` are delivered now; those sent and waiting only for them follow
+        (after their overheads; at once if none)."""
+        work = [g]
+        while work:
+            g = work.pop()
+            if not g.size:
+                continue
+            self.end_s[g] = self.now
+            of = self.t_job[g]
+            jobs, counts = np.unique(of, return_counts=True)
+            due = []
+            for job in jobs.tolist():
+                mine = g[of == job]
+                base = self.base[job]
+                tpl = self.templates[self.job_tpl[job]]
+                local = mine - base
+                lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
+                k = hi - lo
+                total = int(k.sum())
+                if total:
+                    nxt = tpl.succ[np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)] + base
+                    np.subtract.at(self.wait_left, nxt, 1)
+                    due.append(_distinct(nxt[(self.wait_left[nxt] == 0) & ~np.isnan(self.sent_s[nxt])]))
+            for job, c in zip(jobs.tolist(), counts.tolist()):
+                self.left[job] -= c
+                if not self.left[job]:
+                    self._job_done(job)
+                    self._release(job)
+            if due:
+                d_all = np.concatenate(due)
+                delay = self._delay_ct(d_all)
+                work.append(d_all[delay <= 0])
+                self._deliver_due(d_all[delay > 0])
 
     # ---- phase replays (lockstep) ----------------------------------------------------------------
     def _phase_replay(self, g: IntArray) -> bool:
@@ -519,11 +730,12 @@ class _Run:
         if g.size != tpl.phase_size[p] or not bool((phase == p).all()) or bool((pair < 0).any()):
             return False
         size = self.t_size[g]
-        order = np.lexsort((size, pair))
-        key = (self.route_version, pair[order].tobytes(), (size[order] >> PHASE_SIZE_SHIFT).tobytes())
-        g = g[order]
+        if not bool((pair[1:] > pair[:-1]).all()):  # (a ring's step has its pairs in order already)
+            order = np.lexsort((size, pair))
+            g, pair, size = g[order], pair[order], size[order]
+        key = (self.route_version, pair.tobytes(), (size >> PHASE_SIZE_SHIFT).tobytes())
         run = self.phase_memo.get(key)
-        if run is None or not bool((np.abs(size[order] - run.size) <= run.slack_bytes).all()):
+        if run is None or not bool((np.abs(size - run.size) <= run.slack_bytes).all()):
             self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events)
             return False
         end_s = self.now + run.duration_s
@@ -568,6 +780,10 @@ class _Run:
 
     def _drained(self, g: IntArray) -> None:
         """Transfers `g` sent their last byte now: delivered after the overheads."""
+        if self.opts.cut_through:
+            released, granted = self._sent_ct(g)
+            self._begin_ct(released, granted)
+            return
         delay = self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g]
         now_ = g[delay <= 0]
         later = g[delay > 0]
@@ -582,6 +798,9 @@ class _Run:
     def _deliver(self, g: IntArray, end_s: FloatArray | None = None) -> IntArray:
         """Transfers `g` are delivered now (their delivery times: `end_s` if given, a replayed phase's);
         returns the transfers that became ready (to begin)."""
+        if self.opts.cut_through:
+            self._deliver_ct(g)
+            return np.zeros(0, dtype=np.intp)
         self.end_s[g] = self.now if end_s is None else end_s
         of = self.t_job[g]
         if of.size and of[0] == of[-1] and bool((of == of[0]).all()):  # the usual batch: one job
@@ -705,6 +924,8 @@ class _Run:
         self.end_s[part] = np.nan
         self.parts_left[part] = 0
         self.hops[part] = 0
+        self.wait_left[part] = tpl.dep_count
+        self.sent_s[part] = np.nan
         roots = tpl.roots + base
         if self.opts.lockstep:
             self.open_phase[j] = 0
@@ -953,6 +1174,8 @@ class _Run:
                     self._begin(self._deliver(self.batches.pop(payload)))
                 elif kind == 4:
                     self._phase_replayed(payload)
+                elif kind == 5:
+                    self._setup_done(self.batches.pop(payload))
                 else:
                     self._poll()
         self._flush_log()

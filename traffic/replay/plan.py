@@ -141,6 +141,7 @@ class Template:
     ranks: tuple[int, ...]
     transfers: tuple[PlacedTransfer, ...]  # empty in a plan for the simulator (`placed=False`)
     dag: TransferDag | TransferColumns | None = None  # the schedule at real sizes, by rank (the simulator runs it)
+    lane: int = 0  # the connections it uses: one set per stream of the trace
 
     @property
     def transfer_count(self) -> int:
@@ -425,10 +426,10 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, p
     conns: list[Connection] = []
     templates = []
     if not placed:  # for the simulator: the DAGs at real sizes, nothing placed
-        for (kind, size_real, ranks, _lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
+        for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
             d = dag_of[(kind, size_real, ranks)]
             templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                      (), dags[d]))
+                                      (), dags[d], lane))
     else:
         # connections for every host pair with data on a lane, `channels` per shared plane
         pairs: set[tuple[str, str, int]] = set()
@@ -479,7 +480,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, p
                 placed_t.append(PlacedTransfer(a, b, size, t.deps, parts))
             _check_local_deps(_objects(dag), placed_t)
             templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                      tuple(placed_t), dag))
+                                      tuple(placed_t), dag, lane))
 
     calls: list[Call] = []
     previous: list[int] = []  # a step waits for every call of the step before (across repetitions too)

@@ -86,13 +86,15 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
     sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed,
                               transfer_times=False)  # the report needs the calls' times only
     policy = load_policy(routing)(PathTable(fabric))
-    ecmp = ecmp_collisions(fabric, policy, simulated_connections(plan, policy, sim))  # every link up
+    # every link up; each lane's connections counted among themselves (a stream's calls run one at a time)
+    per_lane = [ecmp_collisions(fabric, policy, c) for c in simulated_connections(plan, policy, sim).values()]
+    ecmp = {k: sum(c[k] for c in per_lane) for k in ("collisions", "choices", "ports_idle")}
     jobs = []
     for call in plan.calls:
         dag = plan.templates[call.template].dag
         if dag is None:
             raise ReplayError(f"call {call.id}: its template has no transfer DAG")
-        jobs.append(Job(dag, plan.placement, after=call.deps))
+        jobs.append(Job(dag, plan.placement, after=call.deps, lane=plan.templates[call.template].lane))
     res = simulate(fabric, policy, jobs, options=sim, link_events=link_events)
     if res.stalled:
         job = int(np.searchsorted(np.asarray(res.job_offsets), res.stalled[0], side="right")) - 1
@@ -129,11 +131,12 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                      events, extra={"ecmp": ecmp})
 
 
-def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptions) -> list[Connection]:
-    """The connections the simulator gives the plan's host pairs (`fabric.flowsim.connections`: one set
-    for all streams)."""
+def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptions) -> dict[int, list[Connection]]:
+    """The connections the simulator gives the plan's host pairs, by lane (`fabric.flowsim.connections`:
+    a set per lane, as the replay's)."""
     hosts = [h.name for h in plan.fabric.hosts]
     index = {h: i for i, h in enumerate(hosts)}
+    n = len(hosts)
     keys = []
     for t in plan.templates:
         if t.dag is None:
@@ -145,12 +148,15 @@ def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptio
         for r in cols.ranks:
             rank_host[r] = index[plan.placement.host(r)]
         a, b = rank_host[cols.src], rank_host[cols.dst]
-        keys.append(np.unique(a[a != b] * len(hosts) + b[a != b]))
-    pairs = [(hosts[int(k) // len(hosts)], hosts[int(k) % len(hosts)])
+        keys.append(np.unique((t.lane * n + a[a != b]) * n + b[a != b]))
+    pairs = [(hosts[int(k) % (n * n) // n], hosts[int(k) % n], int(k) // (n * n))
              for k in np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *keys]))]
     planned = plan_connections(plan.fabric, policy.entropy, pairs, channels=sim.channels, ports=sim.ports,
                                seed=sim.seed)
-    return [c for p in pairs for c in planned[p]]
+    out: dict[int, list[Connection]] = {}
+    for p in pairs:
+        out.setdefault(p[2], []).extend(planned[p])
+    return out
 
 
 def ecmp_collisions(fab: Fabric, policy: RoutingPolicy, connections: Sequence[Connection]) -> dict[str, int]:
