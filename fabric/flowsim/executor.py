@@ -631,20 +631,10 @@ class _Run:
         for the same sender's earlier sends) once those on `g` count: the edges to a successor with
         the same sender (`same_sender`) or with another one."""
         out = []
-        of = self.t_job[g]
-        for job in np.unique(of).tolist():
-            mine = g[of == job]
-            base = self.base[job]
-            tpl = self.templates[self.job_tpl[job]]
-            local = mine - base
-            lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
-            k = hi - lo
-            total = int(k.sum())
-            if not total:
-                continue
-            edge = np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)
+        for job, mine in self._by_job(g):
+            tpl, edge = self._out_edges(job, mine)
             edge = edge[tpl.succ_same_sender[edge] == same_sender]
-            nxt = tpl.succ[edge] + base
+            nxt = tpl.succ[edge] + self.base[job]
             np.subtract.at(self.deps_left, nxt, 1)
             out.append(nxt[self.deps_left[nxt] == 0])
         if not out:
@@ -660,16 +650,20 @@ class _Run:
         """Transfers `g`, sent and with all they depend on delivered: delivered after the path latency."""
         if not g.size:
             return
-        delay = self._delay_ct(g)
+        now_ = self._after(g, self._delay_ct(g))
+        if now_.size:
+            self._deliver(now_)
+
+    def _after(self, g: IntArray, delay: npt.NDArray[np.floating]) -> IntArray:
+        """Transfers `g` are delivered `delay` from now: those with a delay as timed events (one per
+        distinct delay); returns those without, to deliver now."""
         later = g[delay > 0]
         if later.size:
             d = delay[delay > 0]
             for value in np.unique(d).tolist():
                 self.batches[self.seq] = later[d == value]
                 self._push(self.now + value, 2, self.seq)
-        now_ = g[delay <= 0]
-        if now_.size:
-            self._deliver(now_)
+        return g[delay <= 0]
 
     def _deliver_ct(self, g: IntArray) -> None:
         """Cut-through: transfers `g` are delivered now; those sent and waiting only for them follow
@@ -680,31 +674,18 @@ class _Run:
             if not g.size:
                 continue
             self.end_s[g] = self.now
-            of = self.t_job[g]
-            jobs, counts = np.unique(of, return_counts=True)
+            groups = self._by_job(g)
             due = []
-            for job in jobs.tolist():
-                mine = g[of == job]
-                base = self.base[job]
-                tpl = self.templates[self.job_tpl[job]]
-                local = mine - base
-                lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
-                k = hi - lo
-                total = int(k.sum())
-                if total:
-                    nxt = tpl.succ[np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)] + base
+            for job, mine in groups:
+                tpl, edge = self._out_edges(job, mine)
+                if edge.size:
+                    nxt = tpl.succ[edge] + self.base[job]
                     np.subtract.at(self.wait_left, nxt, 1)
                     due.append(_distinct(nxt[(self.wait_left[nxt] == 0) & ~np.isnan(self.sent_s[nxt])]))
-            for job, c in zip(jobs.tolist(), counts.tolist()):
-                self.left[job] -= c
-                if not self.left[job]:
-                    self._job_done(job)
-                    self._release(job)
+            self._finished(groups)
             if due:
-                d_all = np.concatenate(due)
-                delay = self._delay_ct(d_all)
-                work.append(d_all[delay <= 0])
-                self._deliver_due(d_all[delay > 0])
+                waiting = np.concatenate(due)
+                work.append(self._after(waiting, self._delay_ct(waiting)))
 
     # ---- phase replays (lockstep) ----------------------------------------------------------------
     def _phase_replay(self, g: IntArray) -> bool:
@@ -784,16 +765,35 @@ class _Run:
             released, granted = self._sent_ct(g)
             self._begin_ct(released, granted)
             return
-        delay = self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g]
-        now_ = g[delay <= 0]
-        later = g[delay > 0]
-        if later.size:
-            d = delay[delay > 0]
-            for value in np.unique(d).tolist():
-                self.batches[self.seq] = later[d == value]
-                self._push(self.now + value, 2, self.seq)
+        now_ = self._after(g, self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g])
         if now_.size:
             self._begin(self._deliver(now_))
+
+    def _by_job(self, g: IntArray) -> list[tuple[int, IntArray]]:
+        """Transfers `g` (pool indexes) grouped by job: (job, its transfers among `g`)."""
+        of = self.t_job[g]
+        if of.size and of[0] == of[-1] and bool((of == of[0]).all()):  # the usual batch: one job
+            return [(int(of[0]), g)]
+        return [(job, g[of == job]) for job in np.unique(of).tolist()]
+
+    def _out_edges(self, job: int, mine: IntArray) -> tuple[_Template, IntArray]:
+        """`job`'s template and the indexes (into its `succ`) of the edges leaving transfers `mine`."""
+        tpl = self.templates[self.job_tpl[job]]
+        local = mine - self.base[job]
+        lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
+        k = hi - lo
+        total = int(k.sum())
+        if not total:
+            return tpl, np.zeros(0, dtype=np.intp)
+        return tpl, np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)
+
+    def _finished(self, groups: list[tuple[int, IntArray]]) -> None:
+        """The jobs of delivered transfers (`_by_job`'s groups): those with none left complete."""
+        for job, mine in groups:
+            self.left[job] -= mine.size
+            if not self.left[job]:
+                self._job_done(job)
+                self._release(job)
 
     def _deliver(self, g: IntArray, end_s: FloatArray | None = None) -> IntArray:
         """Transfers `g` are delivered now (their delivery times: `end_s` if given, a replayed phase's);
@@ -802,35 +802,20 @@ class _Run:
             self._deliver_ct(g)
             return np.zeros(0, dtype=np.intp)
         self.end_s[g] = self.now if end_s is None else end_s
-        of = self.t_job[g]
-        if of.size and of[0] == of[-1] and bool((of == of[0]).all()):  # the usual batch: one job
-            jobs_counts: tuple[list[int], list[int]] = ([int(of[0])], [int(of.size)])
-        else:
-            jobs, counts = np.unique(of, return_counts=True)
-            jobs_counts = (jobs.tolist(), counts.tolist())
+        groups = self._by_job(g)
         ready = []
-        for job in jobs_counts[0]:
-            mine = g if len(jobs_counts[0]) == 1 else g[of == job]
-            base = self.base[job]
-            tpl = self.templates[self.job_tpl[job]]
-            local = mine - base
+        for job, mine in groups:
+            tpl, edge = self._out_edges(job, mine)
             if self.opts.lockstep:
-                released = self._phases_delivered(job, tpl, local)
+                released = self._phases_delivered(job, tpl, mine - self.base[job])
                 if released is not None:
                     ready.append(released)
-            lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
-            k = hi - lo
-            total = int(k.sum())
-            if total:
-                nxt = tpl.succ[np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)] + base
+            if edge.size:
+                nxt = tpl.succ[edge] + self.base[job]
                 np.subtract.at(self.deps_left, nxt, 1)
                 nxt = nxt[self.deps_left[nxt] == 0]
                 ready.append(self._gate(job, tpl, nxt) if self.opts.lockstep else nxt)
-        for job, c in zip(*jobs_counts):
-            self.left[job] -= c
-            if not self.left[job]:
-                self._job_done(job)
-                self._release(job)
+        self._finished(groups)
         if not ready:
             return np.zeros(0, dtype=np.intp)
         return _distinct(ready[0] if len(ready) == 1 else np.concatenate(ready))
