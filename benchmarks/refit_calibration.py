@@ -99,6 +99,10 @@ def main() -> int:
             rows = zip(emulated, runs["saf"], runs["ct"])
             for e, (kind, size, saf), (_, _, ct) in rows:
                 print(f"{kind:<12} {size:>10} {e:>12.2f} {(saf - e) / e:>+8.1%} {(ct - e) / e:>+12.1%}")
+            total_e = sum(emulated)
+            total_saf, total_ct = (sum(t for _, _, t in runs[k]) for k in ("saf", "ct"))
+            print(f"{'total':<12} {'':>10} {total_e:>12.2f} {(total_saf - total_e) / total_e:>+8.1%} "
+                  f"{(total_ct - total_e) / total_e:>+12.1%}")
     return 0
 
 
