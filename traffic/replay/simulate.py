@@ -44,8 +44,8 @@ REAL_MBPS_PER_GBPS = 1000.0
 MODEL_NOTE = ("simulated by fabric.flowsim: fluid flows at max-min fair shares of the link capacities on the "
               "routing policy's paths, recomputed at every flow start, flow end and link event; no packets, "
               "queues, TCP dynamics or failure-detection time; latency only as the per-transfer and per-hop "
-              "overheads ({overheads}); congestion feedback {feedback}; a transfer starts once its dependencies are delivered in full (the "
-              "emulation replay forwards cut-through); one set of connections per host pair for all streams")
+              "overheads ({overheads}); congestion feedback {feedback}; {forwarding}; one set of connections per host "
+              "pair and stream, as the replay's")
 
 
 def parse_link_event(text: str, fabric: Fabric, up: bool) -> LinkEvent:
@@ -116,7 +116,11 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
         compute=plan.options.compute, repeat=plan.options.repeat, steps_recorded=plan.workload.steps,
         started_wall=wall0, duration_s=time.monotonic() - t0,
         notes=(*plan.workload.notes, *(n for n in plan.notes if not n.startswith(("link scale", "dilation"))),
-               MODEL_NOTE.format(overheads=overheads, feedback=(
+               MODEL_NOTE.format(overheads=overheads, forwarding=(
+                   "cut-through, as the emulation replay forwards: a transfer begins with what it depends on, a "
+                   "pair's transfers in turn" if sim.cut_through else
+                   "store and forward: a transfer starts once its dependencies are delivered in full (the "
+                   "emulation replay forwards cut-through)"), feedback=(
                    f"every {sim.poll_s * 1e3:g} ms (exact link and slot rates to the policy; {res.polls} polls, "
                    f"{res.congestion_moves} slots moved)" if sim.poll_s > 0 else "off")),
                f"simulator cost: {res.rate_updates} rate computations, {res.route_changes} link events"),
