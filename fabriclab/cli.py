@@ -229,7 +229,8 @@ def _trace(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def _sim_options(args: argparse.Namespace) -> Any:
-    """The simulator's options from `--per-transfer-us`, `--per-hop-us` and `--poll-ms` (`_sim_args`)."""
+    """The simulator's options from `--per-transfer-us`, `--per-hop-us`, `--poll-ms` and `--forwarding`
+    (`_sim_args`)."""
     from fabric.flowsim import SimOptions
 
     if args.per_transfer_us < 0 or args.per_hop_us < 0:
@@ -238,7 +239,7 @@ def _sim_options(args: argparse.Namespace) -> Any:
     if not args.poll_ms >= 0:
         raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
     return SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
-                      poll_s=args.poll_ms / 1e3)
+                      poll_s=args.poll_ms / 1e3, cut_through=args.forwarding == "cut-through")
 
 
 @contextlib.contextmanager
@@ -512,6 +513,10 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
                    help="fixed overhead per point-to-point transfer, real microseconds (default 0)")
     p.add_argument("--per-hop-us", type=float, default=0.0,
                    help="latency per link of a transfer's path, real microseconds (default 0)")
+    p.add_argument("--forwarding", choices=["store-and-forward", "cut-through"], default="store-and-forward",
+                   help="a transfer begins once those it depends on are delivered (store-and-forward, default), "
+                        "or once they have begun, its bytes following theirs, as the replay's agents forward "
+                        "(cut-through; not with --lockstep on)")
     p.add_argument("--poll-ms", type=float, default=10.0,
                    help="congestion feedback: the routing policy sees link and slot rates every this many "
                         "simulated ms, as the controller polls its counters (default 10; 0: never)")

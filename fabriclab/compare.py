@@ -184,7 +184,8 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     """Every series at every size (module docstring); rows ordered by series, then size. `options`:
     `ReplayOptions` fields (placement, algorithm, channels, repeat, ports, seed, compute_gap_us);
     `ports` defaults per row to planned under adaptive routing and hashed otherwise. `lockstep`:
-    "auto" (above `FLAT_RING_MAX` GPUs), "on" or "off" (overrides `sim.lockstep`)."""
+    "auto" (above `FLAT_RING_MAX` GPUs, unless `sim.cut_through`), "on" or "off" (overrides
+    `sim.lockstep`)."""
     if lockstep not in ("auto", "on", "off"):
         raise CompareError(f"lockstep must be auto, on or off, got {lockstep!r}")
     sizes = sorted({int(n) for n in sizes})
@@ -200,6 +201,8 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     if unknown:
         raise CompareError(f"unknown replay option(s): {', '.join(sorted(unknown))}")
     sim_doc = dataclasses.asdict(sim or SimOptions())
+    if sim_doc["cut_through"] and lockstep == "on":
+        raise CompareError("cut-through forwarding and lockstep exclude each other (lockstep waits for whole steps)")
     tasks = []
     for s in series:
         load_policy(s.routing)  # a bad routing fails before anything runs
@@ -209,7 +212,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
-            lock = lockstep == "on" or (lockstep == "auto" and n > FLAT_RING_MAX)
+            lock = lockstep == "on" or (lockstep == "auto" and n > FLAT_RING_MAX and not sim_doc["cut_through"])
             tasks.append({"trace": str(trace), "label": label or str(trace), "topology": s.topology,
                           "routing": s.routing, "gpus": n, "opts": opts, "sim": {**sim_doc, "lockstep": lock}})
     results: dict[int, dict[str, Any]] = {}

@@ -144,6 +144,7 @@ def test_lockstep_runs_above_the_flat_ring_size_and_agrees_with_the_exact_dag_be
     (["--topology", "dual-plane-16", "--routing", "nope"], "nope"),
     (["--routing", "ecmp"], "--routing needs --topology"),
     (["--jobs", "0"], "--jobs must be >= 1"),
+    (["--forwarding", "cut-through", "--lockstep", "on"], "cut-through forwarding and lockstep exclude each other"),
 ])
 def test_compare_bad_input_exits_2_named(tmp_path: Path, capsys, args, match):
     assert main(["compare", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "c"), *args]) == 2

@@ -140,6 +140,23 @@ def test_sim_cli_default_compares_the_two_fabrics_and_writes_reports(tmp_path: P
     assert main(["report", str(out / "pyramid-16-ecmp")]) == 0  # re-rendered from result.json
 
 
+def test_sim_cli_forwarding_is_chosen_and_named_in_the_report(tmp_path: Path, capsys):
+    # the built-in recording's all-reduces are rings: 2(n-1) steps each waiting on the one before, so
+    # cut-through lets each step begin as the one before begins and the collectives end no later
+    runs = {}
+    for fwd in ("store-and-forward", "cut-through"):
+        out = tmp_path / fwd
+        assert main(["sim", "--topology", "pyramid-16", "--routing", "ecmp", "--forwarding", fwd, "--out", str(out),
+                     "--json"]) == 0
+        (summary,) = json.loads(capsys.readouterr().out)["runs"]
+        runs[fwd] = load_result(Path(summary["dir"]))
+    notes = {fwd: " ".join(r.meta.notes) for fwd, r in runs.items()}
+    assert "store and forward:" in notes["store-and-forward"] and "cut-through, as the emulation replay" in notes[
+        "cut-through"]
+    sf, ct = ([c.duration_real_us for c in runs[f].collectives] for f in ("store-and-forward", "cut-through"))
+    assert len(sf) == len(ct) == 12 and all(c <= s * (1 + 1e-9) for s, c in zip(sf, ct))
+
+
 @pytest.mark.parametrize("args, match", [
     (["--topology", "no-such-fabric"], "no-such-fabric"),
     (["--topology", "dual-plane-16", "--link-down", "leafA0:99@5"], "no link on port 99"),
