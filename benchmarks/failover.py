@@ -10,6 +10,13 @@ the controller's REST API says which path it takes. Each trial takes one link of
 Outage = the longest lost-sequence span inside the failure's window (from one in-flight time before
 the link went down to `--down-s` after), divided by the rate, so receiver scheduling gaps do not
 count. Prints min/median/max per mode and failure kind, and the background loss outside the windows.
+
+The timeline of each failure (ms after the fault's `at_s`, medians over the trials): `inject` the
+`ip link set down` itself; `first lost` the first lost packet's due time (negative: it was in flight);
+`port status` when the controller got the switch's port-status message (OVS noticed the port down:
+the same moment its fast-failover buckets stop using it); `decided` when the controller's reaction
+left it (flow-mods sent; none under `static` and `ecmp`); `restored` the due time of the first
+packet delivered after the longest lost span.
 """
 from __future__ import annotations
 
@@ -28,8 +35,12 @@ from traffic.probe_run import ProbeRun
 SPORT = 49152  # slot 0 at the leaf tier
 
 
-def trial(lab: Lab, workdir: Path, link: tuple[str, int], rate_pps: int, down_s: float, n: int) -> tuple[float, int]:
-    if lab.emulation is None or lab.faults is None:
+TIMELINE = ("inject", "first lost", "port status", "decided", "restored")
+
+
+def trial(lab: Lab, workdir: Path, link: tuple[str, int], rate_pps: int, down_s: float,
+          n: int) -> tuple[float, int, dict[str, float | None]]:
+    if lab.emulation is None or lab.faults is None or lab.controller is None:
         raise RuntimeError("the lab is not running")
     run = ProbeRun(lab.emulation, "h0", "h15", plane="A", sport=SPORT, rate_pps=rate_pps, seconds=down_s + 1.5,
                    workdir=workdir, port=9000 + n % 100).start()
@@ -40,9 +51,29 @@ def trial(lab: Lab, workdir: Path, link: tuple[str, int], rate_pps: int, down_s:
     up = lab.faults.link(*link, up=True)
     report = run.result()
     window = report.window(down.at_s, down_s)
-    longest = max((b - a + 1 for a, b in report.spans_in(*window)), default=0)
+    spans = report.spans_in(*window)
+    longest = max(spans, key=lambda sp: sp[1] - sp[0], default=None)
     background = report.lost_outside([window, report.window(up.at_s, 0.5)])
-    return longest / rate_pps * 1000, background
+    peer = lab.fabric.peer(*link)
+    ends = {link, (peer.node, peer.port)}
+    in_fault = (down.at_s - 0.1, up.at_s)
+    ports = [e["time_s"] for e in lab.controller.get("/api/ports")
+             if (e["switch"], e["port"]) in ends and not e["up"] and in_fault[0] <= e["time_s"] <= in_fault[1]]
+    decided = [e["time_s"] + e["decision_us"] / 1e6 for e in lab.controller.get("/api/events")
+               if e["cause"] == "failure" and in_fault[0] <= e["time_s"] <= in_fault[1]]
+
+    def ms(t: float | None) -> float | None:
+        return None if t is None else (t - down.at_s) * 1000
+
+    timeline = {
+        "inject": ms(down.done_s),
+        "first lost": ms(report.due_s(spans[0][0])) if spans else None,
+        "port status": ms(min(ports, default=None)),
+        "decided": ms(max(decided, default=None)),
+        "restored": ms(report.due_s(longest[1] + 1)) if longest else None,
+    }
+    outage = (longest[1] - longest[0] + 1) if longest else 0
+    return outage / rate_pps * 1000, background, timeline
 
 
 def main() -> int:
@@ -69,10 +100,15 @@ def main() -> int:
                 for kind, link in links.items():
                     results = [trial(lab, Path(tmp), link, args.rate_pps, args.down_s, i) for i in range(args.trials)]
                     outages = [r[0] for r in results]
+                    timeline = {}
+                    for step in TIMELINE:
+                        values = [v for r in results if (v := r[2][step]) is not None]
+                        timeline[step] = statistics.median(values) if values else None
                     rows.append({"routing": routing, "failure": kind, "link": f"{link[0]}:{link[1]}",
                                  "trials": len(outages), "min_ms": min(outages),
                                  "median_ms": statistics.median(outages), "max_ms": max(outages),
-                                 "background_lost": sum(r[1] for r in results)})
+                                 "background_lost": sum(r[1] for r in results), "timeline_ms": timeline,
+                                 "trial_timelines_ms": [r[2] for r in results], "outages_ms": outages})
                     print(f"done {routing} {kind}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -83,6 +119,11 @@ def main() -> int:
     for r in rows:
         print(f"{r['routing']:<10}{r['failure']:<22}{r['link']:<14}{r['trials']:>7}{r['min_ms']:>10.1f}"
               f"{r['median_ms']:>11.1f}{r['max_ms']:>10.1f}{r['background_lost']:>17}")
+    print("\ntimeline, ms after the fault (median over the trials; - where it did not happen)")
+    print(f"{'routing':<10}{'failure':<22}" + "".join(f"{step:>13}" for step in TIMELINE))
+    for r in rows:
+        cells = "".join(f"{'-' if v is None else format(v, '.1f'):>13}" for v in r["timeline_ms"].values())
+        print(f"{r['routing']:<10}{r['failure']:<22}{cells}")
     return 0
 
 

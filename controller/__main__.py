@@ -44,6 +44,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="at start, prepare the reaction to every single link failure for at most this "
                          "long, so those decisions are lookups; 0: none (default 10; a 16-host fabric "
                          "takes milliseconds)")
+    ap.add_argument("--gray-period-ms", type=float, default=1000.0,
+                    help="gray-failure probing: a burst of probes on every switch-to-switch link this often; "
+                         "0 disables (default 1000)")
+    ap.add_argument("--gray-loss", type=float, default=0.05,
+                    help="share of a burst's probes lost that counts against a link; two such bursts in a row "
+                         "make it gray, and a reacting routing takes it out of service (default 0.05)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -56,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from controller.app import AppConfig, configure
     from controller.core import ControllerCore, tune_gc
+    from controller.gray import GrayConfig
     from controller.sync import PollConfig
     from fabric import topofile
     from fabric.routing import RouterConfig
@@ -68,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             rate_scale=args.mbps_per_gbps * 1e6 / 1e9,
             flow_window_s=args.flow_window_ms / 1000,
             port_window_s=args.port_window_ms / 1000,
+            gray=GrayConfig(period_s=args.gray_period_ms / 1000, loss=args.gray_loss,
+                            settle_s=min(0.7, 0.7 * args.gray_period_ms / 1000)),
         )
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)

@@ -3,10 +3,13 @@ controller process. It reads only `controller.state.ControllerState` (a narrow i
 
     GET /api/status                      switches connected and synced, routing
     GET /api/topology                    the model (explicit topology form)
-    GET /api/links                       every directed link: up/down, capacity_bps, rate_bps, utilisation, hot
+    GET /api/links                       every directed link: up/down, capacity_bps, rate_bps, utilisation, hot,
+                                         gray (losing probes; then not up), probes_lost/probes_sent
     GET /api/paths?src=h0&dst=h5[&sport=N][&offset=0&limit=128]   live paths between two hosts, per plane,
                                          paged (total, next_offset), each with a source port that takes it
     GET /api/events[?limit=N]            the reroute log (one row per slot moved), newest last
+    GET /api/ports[?limit=N]             switch port state changes as the controller learnt them (time_s, up)
+    GET /api/gray[?limit=N]              gray-failure verdicts: links that turned gray (lost probes) or healed
     GET /api/slots?switch=leafA0         its ECMP slots per destination: next hop, measured rate_bps, pinned
     GET /api/counters                    every switch port's byte counters as last polled (tx_bytes, rx_bytes)
     POST /api/move {switch, dest, slot, port}  put one ECMP slot on a chosen next hop and pin it there
@@ -50,6 +53,8 @@ class _FabricCollector:
         util = GaugeMetricFamily("fabriclab_link_utilisation", "Egress utilisation of a directed link (0..1)",
                                  labels=["switch", "port"])
         up = GaugeMetricFamily("fabriclab_link_up", "1 if the link is up", labels=["switch", "port"])
+        gray = GaugeMetricFamily("fabriclab_link_gray", "1 if the link loses probes (a gray failure)",
+                                 labels=["switch", "port"])
         rer = CounterMetricFamily("fabriclab_reroutes", "Slot moves by cause", labels=["cause"])
         synced = GaugeMetricFamily("fabriclab_switches_synced", "Switches connected and synchronised")
         for c in st.port_counters():
@@ -60,10 +65,11 @@ class _FabricCollector:
             rate.add_metric(labels, link["rate_bps"])
             util.add_metric(labels, link["utilisation"])
             up.add_metric(labels, 1.0 if link["up"] else 0.0)
+            gray.add_metric(labels, 1.0 if link["gray"] else 0.0)
         for cause, n in sorted(st.reroutes().items()):
             rer.add_metric([cause], n)
         synced.add_metric([], st.synced_count())
-        yield from (tx, rx, rate, util, up, rer, synced)
+        yield from (tx, rx, rate, util, up, gray, rer, synced)
 
 
 def create_app(state: ControllerState) -> tuple[Flask, CollectorRegistry]:
@@ -101,6 +107,14 @@ def create_app(state: ControllerState) -> tuple[Flask, CollectorRegistry]:
     @api.get("/api/events")
     def events() -> Any:
         return jsonify(state.events(request.args.get("limit", default=1000, type=int)))
+
+    @api.get("/api/ports")
+    def port_events() -> Any:
+        return jsonify(state.port_events(request.args.get("limit", default=1000, type=int)))
+
+    @api.get("/api/gray")
+    def gray() -> Any:
+        return jsonify(state.gray_events(request.args.get("limit", default=1000, type=int)))
 
     @api.get("/api/slots")
     def slots() -> Any:

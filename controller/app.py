@@ -142,6 +142,12 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
             session = self.sessions.get(dpid)
             if session is None:
                 return
+            if session.is_probe_reply(msg.xid):
+                self._send(session.on_probe_counts(msg.xid, ofmsg.probe_counts_from_stats(msg.body), more, now))
+                for verdict in session.last_gray:
+                    LOG.warning("%s", verdict.describe())
+                session.last_gray = []
+                return
             if session.is_resync_reply(msg.xid):
                 flows = [f for f in (ofmsg.flow_from_stats(dpid, s) for s in msg.body) if f is not None]
                 self._send(session.on_our_flows(msg.xid, flows, more))

@@ -19,6 +19,9 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
   whose detour it is leave by the direct link to the destination, whatever their slot, so a
   detoured packet is never detoured again (no loop, whatever the switch's own slots say).
 
+Above everything in table 0, one flow per switch-to-switch in-port drops the gray-failure probes
+(`controller.gray`) and counts them, when probing is on.
+
 Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to table-1 flows
 (`modify`, which keeps the flow's counters and loses no packet). A link event the policy answers
 from its memo returns the same tuple of moves each time, and its changes are built once for it
@@ -37,6 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from controller.gray import PROBE_ETH_TYPE, GrayChange, GrayConfig, GrayWatch
 from fabric.errors import RoutingError
 from fabric.model import Fabric
 from fabric.routing import PathTable, RouterConfig, RoutingPolicy, SlotMove, load_policy
@@ -47,6 +51,7 @@ PRIORITY_ROUTE = 1000
 PRIORITY_SLOT = 1000
 PRIORITY_SLOT_OTHER = 900
 PRIORITY_TRANSIT = 1100
+PRIORITY_PROBE = 2000
 TABLE_ROUTE = 0
 TABLE_ECMP = 1
 #: memoised link events whose changes are kept (oldest dropped first)
@@ -77,7 +82,12 @@ class ToEcmp:
     metadata: int
 
 
-Action = Output | ToGroup | ToEcmp
+@dataclass(frozen=True)
+class Drop:
+    """No instructions: the packet is dropped (and counted by the flow)."""
+
+
+Action = Output | ToGroup | ToEcmp | Drop
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +189,8 @@ class ControllerCore:
 
     def __init__(self, fabric: Fabric, routing: str | type[RoutingPolicy] = "adaptive",
                  config: RouterConfig | None = None, *, rate_scale: float = 1.0, flow_window_s: float = 0.0,
-                 port_window_s: float = 0.02, event_log_size: int = 10000) -> None:
+                 port_window_s: float = 0.02, event_log_size: int = 10000,
+                 gray: GrayConfig | None = None) -> None:
         self.fabric = fabric
         self.table = PathTable(fabric)
         cls = load_policy(routing) if isinstance(routing, str) else routing
@@ -225,6 +236,15 @@ class ControllerCore:
         self._newcomers: dict[tuple[str, str, int], tuple[float, int]] = {}
         self.decision_observers: list[Callable[[float], None]] = []
         self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx) bytes
+        # gray failures: every switch-to-switch link probed (`controller.gray`); a link that is gray
+        # in either direction is out of service for a policy that reacts to links, whatever its
+        # carrier says, and back when both directions have healed and both ports are up
+        self.gray = GrayWatch({l: p for l, p in self._peer_port.items() if p[0] in fabric.switch_by_name},
+                              gray or GrayConfig())
+        self.gray_log: deque[GrayChange] = deque(maxlen=event_log_size)
+        self._port_down: set[tuple[str, int]] = set()
+        #: port state changes as they reached the controller: (time_s, switch, port, up)
+        self.port_log: deque[tuple[float, str, int, bool]] = deque(maxlen=event_log_size)
         self.last_slot_rates_bps: dict[tuple[str, str, int], float] = {}
 
     @property
@@ -312,6 +332,9 @@ class ControllerCore:
             for slot, port in enumerate(self.policy.slots(switch, dest)):
                 out.extend(self.slot_flows(switch, dest, slot, port))
             out.extend(self.transit_flows(switch, dest))
+        for port in self.gray.counting_ports(switch) if self.gray.config.enabled else ():
+            out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_PROBE,
+                                  (("in_port", port), ("eth_type", PROBE_ETH_TYPE)), Drop()))
         return out
 
     def transit_flows(self, switch: str, dest: str) -> list[FlowIntent]:
@@ -393,7 +416,40 @@ class ControllerCore:
         sw = self.fabric.switch_by_dpid.get(dpid)
         if sw is None or not self.policy.has_link((sw.name, port)):
             return []
+        link = (sw.name, port)
+        if (link in self._port_down) == up:  # a change (not a port-desc reply confirming a state)
+            self.port_log.append((now, sw.name, port, up))
+        self.gray.port_state(link, up)
+        (self._port_down.discard if up else self._port_down.add)(link)
+        if self._out_as_gray(link):
+            return []  # the policy has it down already, and keeps it so until it heals
         return self._apply(self.policy.on_link_change(sw.name, port, up, now), started)
+
+    def _out_as_gray(self, link: tuple[str, int]) -> bool:
+        """Whether the link at `link` is out of service because it is gray in either direction."""
+        if not self.policy.reacts_to_links:
+            return False
+        peer = self._peer_port.get(link)
+        return self.gray.is_gray(link) or (peer is not None and self.gray.is_gray(peer))
+
+    def on_probe_counts(self, dpid: int, counts: dict[int, int], now: float) -> tuple[list[Changes], list[GrayChange]]:
+        """A switch's probe counters (in-port -> probes arrived). Returns the changes for links that
+        turned gray (taken out of service) or healed (back in service), and those verdicts."""
+        name = self.switch_name(dpid)
+        if name is None:
+            return [], []
+        verdicts = self.gray.on_counts(name, counts, now)
+        out: list[Changes] = []
+        for v in verdicts:
+            self.gray_log.append(v)
+            link, peer = v.link, self._peer_port[v.link]
+            if not self.policy.reacts_to_links or self.gray.is_gray(peer):
+                continue  # the link's state does not change (the other direction keeps it out)
+            if link in self._port_down or peer in self._port_down:
+                continue  # its carrier is down: the policy has it down and brings it back with the carrier
+            started = time.perf_counter()
+            out += self._apply(self.policy.on_link_change(link[0], link[1], not v.gray, now, v.describe()), started)
+        return out, verdicts
 
     def on_port_counters(self, dpid: int, counters: dict[int, tuple[int, int, float]]) -> dict[tuple[str, int], float]:
         """Fold one switch's port counters in: port -> (tx bytes, rx bytes, the switch's own port

@@ -13,12 +13,14 @@ from controller.core import (
     TABLE_ECMP,
     Action,
     Changes,
+    Drop,
     FlowIntent,
     GroupIntent,
     Output,
     ToEcmp,
     ToGroup,
 )
+from controller.gray import PROBE_ETH_TYPE, PROBE_MAC
 
 ALL_BITS = 0xFFFFFFFFFFFFFFFF
 
@@ -30,6 +32,8 @@ def _instructions(action: Action) -> list[Any]:
         return [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionOutput(action.port, 0)])]
     if isinstance(action, ToGroup):
         return [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, [parser.OFPActionGroup(action.group_id)])]
+    if isinstance(action, Drop):
+        return []
     return [parser.OFPInstructionWriteMetadata(action.metadata, ALL_BITS), parser.OFPInstructionGotoTable(TABLE_ECMP)]
 
 
@@ -89,6 +93,36 @@ def ecmp_flows_request() -> Any:
                                       parser.OFPMatch())
 
 
+def probe_counts_request() -> Any:
+    """Our gray-failure probe counting flows (table 0, matching the probe EtherType)."""
+    return parser.OFPFlowStatsRequest(None, 0, 0, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE, ALL_BITS,
+                                      parser.OFPMatch(eth_type=PROBE_ETH_TYPE))
+
+
+def probe_counts_from_stats(body: list[Any]) -> dict[int, int]:
+    """in-port -> probes counted, from a reply to `probe_counts_request`."""
+    out: dict[int, int] = {}
+    for stat in body:
+        match = dict(stat.match.items())
+        if match.get("eth_type") == PROBE_ETH_TYPE and "in_port" in match:
+            out[int(match["in_port"])] = int(stat.packet_count)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def probe_frame() -> bytes:
+    """A minimum-size Ethernet frame carrying the probe EtherType (60 bytes before the FCS)."""
+    mac = bytes(int(b, 16) for b in PROBE_MAC.split(":"))
+    return (mac + mac + PROBE_ETH_TYPE.to_bytes(2, "big") + b"fabriclab gray-failure probe").ljust(60, b"\0")
+
+
+def probe_burst(ports: tuple[int, ...], copies: int) -> Any:
+    """One packet-out that sends `copies` probe frames out of each of `ports`."""
+    actions = [parser.OFPActionOutput(p, 0) for _ in range(copies) for p in ports]
+    return parser.OFPPacketOut(datapath=None, buffer_id=ofp.OFP_NO_BUFFER, in_port=ofp.OFPP_CONTROLLER,
+                               actions=actions, data=probe_frame())
+
+
 def groups_request() -> Any:
     return parser.OFPGroupDescStatsRequest(None, 0)
 
@@ -100,7 +134,7 @@ def port_stats_request() -> Any:
 # ---- replies -> intents --------------------------------------------------------------------------
 def flow_from_stats(dpid: int, stat: Any) -> FlowIntent | None:
     """A flow-stats entry as an intent (None if its instructions are not ones we install)."""
-    action: Action | None = None
+    action: Action | None = None if stat.instructions else Drop()
     for inst in stat.instructions:
         if isinstance(inst, parser.OFPInstructionActions) and len(inst.actions) == 1:
             a = inst.actions[0]

@@ -69,11 +69,35 @@ class ControllerState:
         return topofile.to_dict(self._core.fabric)
 
     def links(self) -> list[dict[str, Any]]:
+        """Every directed link; `up` is whether the routing uses it (a gray link is not up),
+        `gray` whether its probes are being lost (`probes_lost` of `probes_sent` in its last reading)."""
+        gray = self._core.gray
         with self._lock:
             states = self._core.policy.links()
+            probed = {(l.switch, l.port): gray.last_reading((l.switch, l.port)) for l in states
+                      if (l.switch, l.port) in gray.links}
+            grays = set(gray.gray_links())
         return [{"switch": l.switch, "port": l.port, "peer": l.peer, "peer_port": l.peer_port, "up": l.up,
                  "capacity_bps": l.capacity_bps, "rate_bps": l.rate_bps, "utilisation": l.utilisation,
-                 "hot": l.hot} for l in states]
+                 "hot": l.hot, "gray": (l.switch, l.port) in grays,
+                 "probes_lost": probed.get((l.switch, l.port), (0, 0))[0],
+                 "probes_sent": probed.get((l.switch, l.port), (0, 0))[1]} for l in states]
+
+    def port_events(self, limit: int) -> list[dict[str, Any]]:
+        """Switch port state changes as the controller learnt them (port-status messages), newest last."""
+        with self._lock:
+            log = list(self._core.port_log)
+        rows = [{"time_s": t, "wall_time": self._wall(t), "switch": sw, "port": port, "up": up}
+                for t, sw, port, up in log]
+        return rows[-limit:] if limit > 0 else []
+
+    def gray_events(self, limit: int) -> list[dict[str, Any]]:
+        """Gray-failure verdicts (a link turned gray or healed), newest last."""
+        with self._lock:
+            log = list(self._core.gray_log)
+        rows = [{"time_s": v.time_s, "wall_time": self._wall(v.time_s), "switch": v.link[0], "port": v.link[1],
+                 "gray": v.gray, "probes_lost": v.lost, "probes_sent": v.sent, "what": v.describe()} for v in log]
+        return rows[-limit:] if limit > 0 else []
 
     def paths(self, src: str, dst: str, src_port: int | None, offset: int, limit: int) -> list[dict[str, Any]]:
         with self._lock:

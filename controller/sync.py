@@ -10,7 +10,8 @@ Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics
 link downstream), and at once when a link downstream has just turned hot (the core's
 `urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once). A request
 still unanswered is not repeated until `reply_timeout_s` has passed, so a slow switch is not buried
-under requests.
+under requests. Gray-failure probing (`controller.gray`): once per period a burst of probes out of
+the switch's live switch-to-switch ports, and `settle_s` later a request for its probe counters.
 
 Every method takes the event's primitives and `now` (monotonic seconds) and returns the OpenFlow
 messages to send as (dpid, message) pairs (built without a datapath, each request with its
@@ -26,6 +27,7 @@ from typing import Any, Iterator
 
 from controller import ofmsg
 from controller.core import Changes, ControllerCore, FlowIntent
+from controller.gray import GrayChange
 
 Out = tuple[int, Any]  # (dpid, OpenFlow message)
 
@@ -70,6 +72,9 @@ class DatapathSync:
     _flows_done: bool = False
     _port_poll: _Pending = field(default_factory=_Pending)
     _flow_poll: _Pending = field(default_factory=_Pending)
+    _probe_poll: _Pending = field(default_factory=_Pending)
+    _probe_counts: dict[int, int] = field(default_factory=dict)
+    last_gray: list[GrayChange] = field(default_factory=list)  # verdicts of the last probe reading
     last_resync: tuple[int, int, int, int] | None = None  # groups sent, flows added, modified, deleted
 
     def _stamp(self, msg: Any) -> Any:
@@ -158,7 +163,32 @@ class DatapathSync:
         if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):
             self.core.urgent_flow_dpids.discard(self.dpid)
             out.append((self.dpid, self._ask(self._flow_poll, ofmsg.ecmp_flows_request(), now)))
+        gray, name = self.core.gray, self.core.switch_name(self.dpid)
+        if gray.config.enabled and name is not None:
+            ports = gray.burst_due(name, now)
+            if ports:
+                gray.sent(name, ports, gray.config.probes)
+                out.append((self.dpid, ofmsg.probe_burst(ports, gray.config.probes)))
+            if self._ready(self._probe_poll, 0.0, now) and gray.read_due(name, now):
+                self._probe_counts = {}
+                out.append((self.dpid, self._ask(self._probe_poll, ofmsg.probe_counts_request(), now)))
         return out
+
+    def is_probe_reply(self, xid: int) -> bool:
+        """Whether a flow-stats reply answers the probe-counter request."""
+        return xid == self._probe_poll.xid and not self._probe_poll.answered
+
+    def on_probe_counts(self, xid: int, counts: dict[int, int], more: bool, now: float) -> list[Out]:
+        """A probe-counter reply (in-port -> probes counted): once complete, to the core, whose
+        verdicts (kept in `last_gray`) may take links out of service or bring them back."""
+        if not self.is_probe_reply(xid):
+            return []
+        self._probe_counts.update(counts)
+        if more:
+            return []
+        self._probe_poll.answered = True
+        changes, self.last_gray = self.core.on_probe_counts(self.dpid, self._probe_counts, now)
+        return outgoing(changes)
 
     def _ready(self, p: _Pending, interval_s: float, now: float) -> bool:
         if now - p.sent_s < interval_s:

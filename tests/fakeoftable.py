@@ -8,7 +8,9 @@ Supported: tables 0 and 1, priorities, exact and masked matches (`in_port` too: 
 came in by at each switch), apply-actions output/group, write-metadata + goto-table, fast-failover
 groups (first bucket whose watch port is live). `send` forwards bytes like `trace` and counts them
 as a switch does (per flow entry, kept across a modify; per port), so tests can feed the controller
-the statistics its polls would read.
+the statistics its polls would read. Packet-outs (the gray-failure probes) go out of their ports,
+lose the share `loss` of a directed link sets (every 1/loss-th frame: deterministic), and are
+counted (packets) by the flow entry they match at the far switch.
 """
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ class Entry:
     instructions: list[Any]
     cookie: int
     byte_count: int = 0
+    packet_count: int = 0
 
 
 def _matches(match: dict[str, Any], packet: dict[str, Any]) -> bool:
@@ -103,6 +106,26 @@ class FakeFabric:
             self.peer[(link.b.node, link.b.port)] = (link.a.node, link.a.port)
         self.down: set[tuple[str, int]] = set()
         self.tx_bytes: Counter[tuple[str, int]] = Counter()  # (node, port) -> bytes sent by it
+        self.loss: dict[tuple[str, int], float] = {}  # directed link -> share of packet-outs it drops
+        self._loss_due: Counter[tuple[str, int]] = Counter()
+
+    def packet_out(self, switch: str, msg: Any) -> None:
+        """Send a packet-out's frame out of each output action's port, to the far switch's table 0."""
+        frame = bytes(msg.data)
+        eth_type = int.from_bytes(frame[12:14], "big")
+        for action in msg.actions:
+            end = (switch, action.port)
+            if end in self.down:
+                continue
+            self._loss_due[end] += self.loss.get(end, 0.0)
+            if self._loss_due[end] >= 1 - 1e-9:
+                self._loss_due[end] -= 1
+                continue
+            node, in_port = self.peer[end]
+            if node in self.switches:
+                entry = self.switches[node].lookup(0, {"eth_type": eth_type, "in_port": in_port})
+                if entry is not None:
+                    entry.packet_count += 1
 
     def apply(self, changes: Changes | list[Changes]) -> None:
         for ch in changes if isinstance(changes, list) else [changes]:
@@ -206,6 +229,7 @@ class FlowStat:
     instructions: list[Any]
     cookie: int
     byte_count: int = 0
+    packet_count: int = 0
     duration_sec: int = 0
     duration_nsec: int = 0
 
@@ -217,6 +241,8 @@ def apply_out(fake: FakeFabric, out: list[tuple[int, Any]]) -> list[Any]:
     for dpid, msg in out:
         if isinstance(msg, (parser.OFPGroupMod, parser.OFPFlowMod)):
             fake.switches[fake.fabric.switch_by_dpid[dpid].name].apply(msg)
+        elif isinstance(msg, parser.OFPPacketOut):
+            fake.packet_out(fake.fabric.switch_by_dpid[dpid].name, msg)
         else:
             requests.append((dpid, msg))
     return requests
@@ -229,5 +255,5 @@ def group_desc(fake: FakeFabric, switch: str) -> list[tuple[int, tuple[int, ...]
 
 def flow_stats(fake: FakeFabric, switch: str, cookie: int) -> list[FlowStat]:
     """A flow-stats reply for the flows with `cookie`, matches as they come off the wire."""
-    return [FlowStat(e.table, e.priority, _wire_match(e.match), e.instructions, e.cookie, e.byte_count)
+    return [FlowStat(e.table, e.priority, _wire_match(e.match), e.instructions, e.cookie, e.byte_count, e.packet_count)
             for e in fake.switches[switch].entries if e.cookie == cookie]

@@ -58,6 +58,29 @@ def test_status_topology_links_and_events():
     assert {(e["switch"], e["dest"]) for e in events} >= {("leafA0", "leafA3"), ("leafA3", "leafA0")}
 
 
+def test_port_changes_and_gray_verdicts_are_listed_and_a_gray_link_is_not_up():
+    core, c = client()
+    spine = core.fabric.switch_by_name["spineA0"].dpid
+    core.on_port_status(spine, 3, True, 99.0)  # as a port-desc reply says: no change, not listed
+    core.on_port_status(spine, 4, False, 100.0)
+    core.on_port_status(spine, 4, True, 101.0)
+    assert [(e["switch"], e["port"], e["up"], e["time_s"]) for e in c.get("/api/ports").get_json()] == [
+        ("spineA0", 4, False, 100.0), ("spineA0", 4, True, 101.0)]
+    # leafA3 counts 6 of 20 probes missing from spineA0:4, twice: gray
+    leaf = core.fabric.switch_by_name["leafA3"].dpid
+    core.on_probe_counts(leaf, {1: 0}, 101.7)
+    for k, arrived in ((1, 14), (2, 28)):
+        core.gray.sent("spineA0", (4,), 20)
+        core.on_probe_counts(leaf, {1: arrived}, 101.7 + k)
+    (verdict,) = c.get("/api/gray").get_json()
+    assert (verdict["switch"], verdict["port"], verdict["gray"], verdict["probes_lost"], verdict["probes_sent"]) == (
+        "spineA0", 4, True, 6, 20)
+    links = {(l["switch"], l["port"]): l for l in c.get("/api/links").get_json()}
+    assert links[("spineA0", 4)]["gray"] and not links[("spineA0", 4)]["up"] and not links[("leafA3", 1)]["up"]
+    assert (links[("spineA0", 4)]["probes_lost"], links[("spineA0", 4)]["probes_sent"]) == (6, 20)
+    assert 'fabriclab_link_gray{port="4",switch="spineA0"} 1.0' in c.get("/metrics").get_data(as_text=True)
+
+
 def test_metrics_expose_ports_utilisation_reroutes_and_decision_latency():
     core, c = client()
     dpid = core.fabric.switch_by_name["leafA0"].dpid

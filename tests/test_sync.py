@@ -9,6 +9,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller import ofmsg
 from controller.core import COOKIE, ControllerCore
+from controller.gray import GrayConfig
 from controller.sync import DatapathSync, PollConfig, outgoing
 from fabric import topofile
 from fabric.builders import dual_plane
@@ -84,7 +85,7 @@ def test_replies_with_unknown_transaction_ids_are_ignored():
 
 def test_poll_schedule_asks_when_due_and_not_while_a_request_is_unanswered():
     fab = topofile.load("leaf-spine-16")
-    core = ControllerCore(fab, "adaptive")
+    core = ControllerCore(fab, "adaptive", gray=GrayConfig(period_s=0))  # probing: tests/test_gray.py
     fake = FakeFabric(fab)
     cfg = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, reply_timeout_s=0.5)
     leaf, _ = connect(core, fake, "leafA0")

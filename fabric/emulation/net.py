@@ -51,6 +51,7 @@ class Emulation:
         self._pids: list[int] = []
         self._claim: claims.Claim | None = None
         self._switch_index = {s.name: i for i, s in enumerate(fabric.switches)}
+        self._lossy: set[tuple[str, int]] = set()  # interfaces with a loss filter (`set_gray`)
 
     # -- lifecycle --
     def start(self) -> "Emulation":
@@ -255,6 +256,32 @@ class Emulation:
             if res.returncode != 0:
                 raise EmulationError(f"setting {intf_name(n, p)} {state} failed: {res.stderr[-300:]}")
         return t0, time.monotonic()
+
+    def set_gray(self, ends: list[tuple[str, int]], rate_fraction: float, loss: float) -> tuple[float, float]:
+        """Degrade the egress of these (node, port) interfaces to `rate_fraction` of their link's
+        emulated rate and make it drop a random `loss` of its packets (1.0 and 0: healthy again).
+        Returns monotonic times just before the first and just after the last change."""
+        if not 0 < rate_fraction <= 1 or not 0 <= loss <= 1:
+            raise EmulationError(f"need 0 < rate_fraction <= 1 and 0 <= loss <= 1, got {rate_fraction}, {loss}")
+        cmds: list[tuple[str, list[str]]] = []
+        for node, port in ends:
+            self.fabric.peer(node, port)  # raises TopologyError for a port with no link
+            link = next(l for l in self.fabric.links if (node, port) in ((l.a.node, l.a.port), (l.b.node, l.b.port)))
+            dev = intf_name(node, port)
+            mbps = plan.link_mbps(link.rate_gbps, self.opts) * rate_fraction
+            cmds += [(node, c) for c in plan.gray_commands(dev, mbps, loss, (node, port) in self._lossy)]
+        t0 = time.monotonic()
+        for node, cmd in cmds:
+            if node in self.fabric.switch_by_name:
+                res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            else:
+                res = self.run(node, cmd)
+            if res.returncode != 0:
+                raise EmulationError(f"{' '.join(cmd)} failed: {res.stderr.strip()[-300:]}")
+        t1 = time.monotonic()
+        for end in ends:
+            (self._lossy.add if loss > 0 else self._lossy.discard)(end)
+        return t0, t1
 
     def interactive(self) -> None:
         """The Mininet CLI on the running fabric (returns when the user exits it)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fabric.errors import UnsupportedError
+from fabric.errors import EmulationError, UnsupportedError
 from fabric.model import Fabric, intf_name
 
 #: Mininet's HTB wrapper ignores rates above this (with only a log line); we refuse them instead.
@@ -114,6 +114,38 @@ def tc_batch(fabric: Fabric, opts: EmulationOptions, host: str | None) -> str:
                 netem += f"loss {opts.loss_pct:g}%" if opts.loss_pct > 0 else ""
                 lines.append(f"qdisc add dev {dev} parent 5:1 handle 10: netem {netem.strip()}")
     return "\n".join(lines) + "\n"
+
+
+#: classic BPF for random loss on a clsact egress hook, in direct-action mode (this kernel has neither
+#: netem nor gact): `ld rand` (SKF_AD_OFF + SKF_AD_RANDOM, a 32-bit random number), `jge #K`, and
+#: return TC_ACT_SHOT (2: drop) when rand >= K, else TC_ACT_UNSPEC (-1: carry on)
+_BPF_LD_RAND = "32 0 0 4294963256"
+_TC_ACT_SHOT = 2
+_TC_ACT_UNSPEC = 0xFFFFFFFF
+
+
+def loss_bytecode(loss: float) -> str:
+    """`tc ... bpf bytecode` text dropping each packet with probability `loss` (0 < loss <= 1)."""
+    if not 0 < loss <= 1:
+        raise EmulationError(f"a link's loss must be in (0, 1], got {loss!r}")
+    threshold = min(round((1 - loss) * 2**32), 2**32 - 1)
+    return f"4,{_BPF_LD_RAND},53 0 1 {threshold},6 0 0 {_TC_ACT_SHOT},6 0 0 {_TC_ACT_UNSPEC}"
+
+
+def gray_commands(dev: str, mbps: float, loss: float, had_loss: bool) -> list[list[str]]:
+    """`tc` command lines setting the egress of `dev` (shaped by `tc_batch`) to `mbps` and a random
+    `loss` (0: none; the clsact hook, if `had_loss`, is removed)."""
+    if not mbps > 0:
+        raise EmulationError(f"a degraded link needs a rate > 0 Mbit/s, got {mbps!r}")
+    cmds = [["tc", "class", "change", "dev", dev, "parent", "5:", "classid", "5:1", "htb", "rate", f"{mbps:g}mbit",
+             "burst", "15k", "quantum", "1514"]]
+    if loss > 0:
+        cmds.append(["tc", "qdisc", "replace", "dev", dev, "clsact"])
+        cmds.append(["tc", "filter", "replace", "dev", dev, "egress", "pref", "1", "handle", "1", "bpf", "da",
+                     "bytecode", loss_bytecode(loss)])
+    elif had_loss:
+        cmds.append(["tc", "qdisc", "del", "dev", dev, "clsact"])
+    return cmds
 
 
 #: TCP's minimum retransmission timeout on the emulated hosts' routes. Emulated links run ~10^5 times

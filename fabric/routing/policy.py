@@ -305,6 +305,11 @@ class RoutingPolicy:
         points whose set of live ports changed). Default: no reaction."""
         return []
 
+    @property
+    def reacts_to_links(self) -> bool:
+        """Whether this policy moves slots when links go down or up (it overrides `react_to_link`)."""
+        return type(self).react_to_link is not RoutingPolicy.react_to_link
+
     def react_to_loads(self, slot_rates_bps: dict[SlotKey, float], now: float) -> list[SlotMove]:
         """Called after new loads were folded in (`hot_links()` says which are hot). Default: none."""
         return []
@@ -478,8 +483,11 @@ class RoutingPolicy:
         return (src.switch, src.switch_port) not in self._down and (dst.switch, dst.switch_port) not in self._down
 
     # ---- inputs --------------------------------------------------------------------------------
-    def on_link_change(self, switch: str, port: int, up: bool, now: float) -> tuple[SlotMove, ...]:
-        """A port went down or came up (both directions of its link change). Returns slot moves."""
+    def on_link_change(self, switch: str, port: int, up: bool, now: float,
+                       trigger: str | None = None) -> tuple[SlotMove, ...]:
+        """A port went down or came up (both directions of its link change). Returns slot moves.
+        `trigger` words the event in the log (default "switch:port down|up"; the controller's gray
+        failure detection takes a link that loses packets out of service through here too)."""
         started = time.perf_counter()
         link = self._ends.get((switch, port)) or self._link_ends(switch, port)
         ends, down = link[0], self._down
@@ -487,7 +495,7 @@ class RoutingPolicy:
             return ()  # already so at both ends
         moves = self._link_transition(switch, port, link, up, now)[1]
         if moves:
-            self._events.append((now, "recovery" if up else "failure", (switch, port, up), moves,
+            self._events.append((now, "recovery" if up else "failure", trigger or (switch, port, up), moves,
                                  (time.perf_counter() - started) * 1e6))
         return moves
 

@@ -1,0 +1,207 @@
+"""Gray failures: links that stay up but lose packets, found by probing every link, pure.
+
+A gray link (a failing optic dropping a share of its frames, a link that negotiated down and drops
+what it cannot carry) keeps its carrier: no port-status event comes, fast-failover buckets still
+use it, and the loss shows nowhere the controller looks. So the controller measures it:
+
+- every `period_s` each switch sends, in one OpenFlow packet-out, `probes` copies of a probe frame
+  (`PROBE_ETH_TYPE`) out of each of its live switch-to-switch ports;
+- every switch counts the probes that arrive, one table-0 flow per in-port (`controller.core`);
+- `settle_s` after the burst the controller reads those counters (OVS refreshes flow counters in
+  the userspace datapath only every few hundred ms) and sets the probes that arrived against the
+  probes sent.
+
+Counts are cumulative, so a probe counted late (a stalled datapath) is credited at the next reading:
+a burst's loss is the growth of the link's deficit (sent minus arrived) since the reading before. A
+directed link turns **gray** after `bad_bursts` lossy readings in a row (a reading is lossy when at
+least `min_lost` probes and `loss` of those sent since the reading before are missing); a late count
+makes one reading look lossy and the next one gain, so it cannot do that twice. A gray link is
+**healed** after `clean_bursts` clean readings in a row; a link that turns gray again within
+`repeat_window_s` of healing must be clean twice as long each time (up to `max_clean_bursts`), so a
+link that loses packets only under load (its traffic moved away, the probes pass) does not flap.
+
+Probes are sent on gray links too (that is how they heal), never on links whose port is down.
+Times are the caller's `now` (monotonic seconds).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fabric.errors import FabriclabError
+
+DirectedLink = tuple[str, int]  # (switch, egress port)
+
+#: the probe frame's EtherType: IEEE 802 local experimental 1
+PROBE_ETH_TYPE = 0x88B5
+#: locally administered unicast MAC used as both addresses of a probe frame
+PROBE_MAC = "0e:fa:b1:ab:00:01"
+
+
+@dataclass(frozen=True)
+class GrayConfig:
+    period_s: float = 1.0  # a burst of probes every this long; 0 disables probing
+    probes: int = 20  # probes per link per burst
+    settle_s: float = 0.7  # read the counters this long after a burst
+    loss: float = 0.05  # a reading is lossy when this share of the probes sent since the last one ...
+    min_lost: int = 2  # ... and at least this many are missing
+    bad_bursts: int = 2  # lossy readings in a row that make a link gray
+    clean_bursts: int = 3  # clean readings in a row that heal it
+    max_clean_bursts: int = 48
+    repeat_window_s: float = 60.0  # gray again this soon after healing: twice the clean readings
+
+    def __post_init__(self) -> None:
+        if self.period_s < 0:
+            raise FabriclabError(f"gray probing period must be >= 0 s, got {self.period_s}")
+        if self.period_s and not 0 < self.settle_s < self.period_s:
+            raise FabriclabError(f"gray probing needs 0 < settle_s < period_s, got {self.settle_s} and {self.period_s}")
+        if not 1 <= self.probes <= 200:
+            raise FabriclabError(f"probes per burst must be in 1..200, got {self.probes}")
+        if not 0 < self.loss < 1:
+            raise FabriclabError(f"the gray loss threshold must be in (0, 1), got {self.loss}")
+        if self.min_lost < 1 or self.bad_bursts < 1 or not 1 <= self.clean_bursts <= self.max_clean_bursts:
+            raise FabriclabError("min_lost, bad_bursts and clean_bursts must be >= 1, clean_bursts <= max_clean_bursts")
+
+    @property
+    def enabled(self) -> bool:
+        return self.period_s > 0
+
+
+@dataclass(frozen=True)
+class GrayChange:
+    """A directed link turned gray (`gray` True) or healed, with the reading that decided it."""
+
+    link: DirectedLink
+    gray: bool
+    lost: int  # probes missing in the deciding reading
+    sent: int  # probes sent since the reading before it
+    time_s: float
+
+    def describe(self) -> str:
+        what = "gray" if self.gray else "healed"
+        return f"{self.link[0]}:{self.link[1]} {what}: {self.lost} of {self.sent} probes lost"
+
+
+@dataclass
+class _Ledger:
+    sent: int = 0  # probes sent, cumulative
+    rx_base: int | None = None  # the receiver's counter when this ledger started counting
+    rx_last: int = 0
+    eval_sent: int = 0  # `sent` at the last reading
+    eval_deficit: int = 0  # sent - arrived at the last reading
+    bad_run: int = 0
+    clean_run: int = 0
+    gray: bool = False
+    clean_needed: int = 0
+    healed_s: float = float("-inf")
+    last: tuple[int, int] = (0, 0)  # (lost, sent) of the last reading
+
+
+@dataclass
+class GrayWatch:
+    """The probing schedule and the per-link verdicts. `links` maps each probed directed link
+    (sender switch, egress port) to its far end (receiver switch, in-port)."""
+
+    links: dict[DirectedLink, DirectedLink]
+    config: GrayConfig = field(default_factory=GrayConfig)
+
+    def __post_init__(self) -> None:
+        self._ledger = {link: _Ledger(clean_needed=self.config.clean_bursts) for link in self.links}
+        self._arriving = {far: link for link, far in self.links.items()}  # (receiver, in-port) -> link
+        self._ports: dict[str, tuple[int, ...]] = {}
+        for sw, port in sorted(self.links):
+            self._ports[sw] = self._ports.get(sw, ()) + (port,)
+        self._receivers = frozenset(sw for sw, _ in self._arriving)
+        self._down: set[DirectedLink] = set()
+        self._burst_epoch: dict[str, int] = {}  # switch -> the last epoch it sent a burst in
+        self._read_epoch: dict[str, int] = {}  # switch -> the last epoch its counters were asked for
+
+    # ---- the schedule ----------------------------------------------------------------------------
+    def _epoch(self, now: float) -> int:
+        return int(now // self.config.period_s)
+
+    def burst_due(self, switch: str, now: float) -> tuple[int, ...]:
+        """The ports `switch` should send a burst out of now (once per period; its ports that are up),
+        or () when none is due. Call `sent` once it is sent."""
+        if not self.config.enabled or switch not in self._ports:
+            return ()
+        epoch = self._epoch(now)
+        if self._burst_epoch.get(switch) == epoch:
+            return ()
+        self._burst_epoch[switch] = epoch
+        return tuple(p for p in self._ports[switch] if (switch, p) not in self._down)
+
+    def sent(self, switch: str, ports: tuple[int, ...], copies: int) -> None:
+        for p in ports:
+            self._ledger[(switch, p)].sent += copies
+
+    def read_due(self, switch: str, now: float) -> bool:
+        """Whether to ask `switch` for its probe counters now (`settle_s` into each period, once)."""
+        if not self.config.enabled or switch not in self._receivers:
+            return False
+        epoch = self._epoch(now)
+        if now - epoch * self.config.period_s < self.config.settle_s - 1e-9 or self._read_epoch.get(switch) == epoch:
+            return False
+        self._read_epoch[switch] = epoch
+        return True
+
+    def port_state(self, link: DirectedLink, up: bool) -> None:
+        """A probed port's carrier: no probes are sent out of a port that is down."""
+        if link in self._ledger:
+            (self._down.discard if up else self._down.add)(link)
+
+    # ---- the readings ----------------------------------------------------------------------------
+    def on_counts(self, switch: str, counts: dict[int, int], now: float) -> list[GrayChange]:
+        """`switch`'s probe counters (in-port -> probes arrived, cumulative). Returns the links
+        that turned gray or healed."""
+        cfg = self.config
+        out: list[GrayChange] = []
+        for in_port, total in sorted(counts.items()):
+            link = self._arriving.get((switch, in_port))
+            if link is None:
+                continue
+            led = self._ledger[link]
+            if led.rx_base is None or total < led.rx_last:
+                # first reading, or the counting flow was re-installed: start the ledger here
+                led.rx_base, led.rx_last, led.eval_sent, led.eval_deficit = total, total, led.sent, 0
+                continue
+            led.rx_last = total
+            new_sent = led.sent - led.eval_sent
+            if new_sent <= 0:
+                continue
+            deficit = led.sent - (total - led.rx_base)
+            lost = deficit - led.eval_deficit
+            led.eval_sent, led.eval_deficit = led.sent, deficit
+            led.last = (max(lost, 0), new_sent)
+            bad = lost >= cfg.min_lost and lost >= cfg.loss * new_sent
+            if not led.gray:
+                led.bad_run = led.bad_run + 1 if bad else 0
+                if led.bad_run >= cfg.bad_bursts:
+                    led.gray, led.bad_run, led.clean_run = True, 0, 0
+                    repeat = now - led.healed_s <= cfg.repeat_window_s
+                    led.clean_needed = min(2 * led.clean_needed, cfg.max_clean_bursts) if repeat else cfg.clean_bursts
+                    out.append(GrayChange(link, True, lost, new_sent, now))
+            else:
+                led.clean_run = 0 if bad else led.clean_run + 1
+                if led.clean_run >= led.clean_needed:
+                    led.gray, led.clean_run, led.healed_s = False, 0, now
+                    out.append(GrayChange(link, False, max(lost, 0), new_sent, now))
+        return out
+
+    # ---- read-only -------------------------------------------------------------------------------
+    def is_gray(self, link: DirectedLink) -> bool:
+        led = self._ledger.get(link)
+        return bool(led and led.gray)
+
+    def gray_links(self) -> tuple[DirectedLink, ...]:
+        return tuple(sorted(l for l, led in self._ledger.items() if led.gray))
+
+    def last_reading(self, link: DirectedLink) -> tuple[int, int]:
+        """(probes lost, probes sent) in `link`'s last reading."""
+        return self._ledger[link].last
+
+    def probed_ports(self, switch: str) -> tuple[int, ...]:
+        return self._ports.get(switch, ())
+
+    def counting_ports(self, switch: str) -> tuple[int, ...]:
+        """The in-ports of `switch` where probes arrive (one counting flow each)."""
+        return tuple(sorted(p for sw, p in self._arriving if sw == switch))
