@@ -4,8 +4,10 @@ A gray link (a failing optic dropping a share of its frames, a link that negotia
 what it cannot carry) keeps its carrier: no port-status event comes, fast-failover buckets still
 use it, and the loss shows nowhere the controller looks. So the controller measures it:
 
-- every `period_s` each switch sends, in one OpenFlow packet-out, `probes` copies of a probe frame
-  (`PROBE_ETH_TYPE`) out of each of its live switch-to-switch ports;
+- every `period_s` each switch sends `probes` probe frames (`PROBE_ETH_TYPE`) out of each of its
+  live switch-to-switch ports: one OpenFlow packet-out per poll (every 10 ms), one frame per port,
+  in the first half of `settle_s` (the copies of one packet-out would leave in one batch, one
+  `sendmmsg`, which stops at a frame that fails: their losses would not be independent);
 - every switch counts the probes that arrive, one table-0 flow per in-port (`controller.core`);
 - `settle_s` after the burst the controller reads those counters (OVS refreshes flow counters in
   the userspace datapath only every few hundred ms) and sets the probes that arrived against the
@@ -112,7 +114,7 @@ class GrayWatch:
             self._ports[sw] = self._ports.get(sw, ()) + (port,)
         self._receivers = frozenset(sw for sw, _ in self._arriving)
         self._down: set[DirectedLink] = set()
-        self._burst_epoch: dict[str, int] = {}  # switch -> the last epoch it sent a burst in
+        self._rounds: dict[str, tuple[int, int]] = {}  # switch -> (epoch, probe rounds sent in it)
         self._read_epoch: dict[str, int] = {}  # switch -> the last epoch its counters were asked for
 
     # ---- the schedule ----------------------------------------------------------------------------
@@ -120,14 +122,18 @@ class GrayWatch:
         return int(now // self.config.period_s)
 
     def burst_due(self, switch: str, now: float) -> tuple[int, ...]:
-        """The ports `switch` should send a burst out of now (once per period; its ports that are up),
-        or () when none is due. Call `sent` once it is sent."""
+        """The ports `switch` should send a probe out of now, one each (its ports that are up), or ()
+        when none is due: `probes` rounds per period, in the first half of `settle_s`. Call `sent`
+        with what was sent."""
         if not self.config.enabled or switch not in self._ports:
             return ()
         epoch = self._epoch(now)
-        if self._burst_epoch.get(switch) == epoch:
+        done_epoch, rounds = self._rounds.get(switch, (epoch, 0))
+        if done_epoch != epoch:
+            rounds = 0
+        if rounds >= self.config.probes or now - epoch * self.config.period_s > self.config.settle_s / 2:
             return ()
-        self._burst_epoch[switch] = epoch
+        self._rounds[switch] = (epoch, rounds + 1)
         return tuple(p for p in self._ports[switch] if (switch, p) not in self._down)
 
     def sent(self, switch: str, ports: tuple[int, ...], copies: int) -> None:

@@ -10,8 +10,9 @@ Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics
 link downstream), and at once when a link downstream has just turned hot (the core's
 `urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once). A request
 still unanswered is not repeated until `reply_timeout_s` has passed, so a slow switch is not buried
-under requests. Gray-failure probing (`controller.gray`): once per period a burst of probes out of
-the switch's live switch-to-switch ports, and `settle_s` later a request for its probe counters.
+under requests. Gray-failure probing (`controller.gray`): early in each period a probe out of each
+of the switch's live switch-to-switch ports at every poll until `probes` have gone, and `settle_s`
+into it a request for its probe counters.
 
 Every method takes the event's primitives and `now` (monotonic seconds) and returns the OpenFlow
 messages to send as (dpid, message) pairs (built without a datapath, each request with its
@@ -167,8 +168,8 @@ class DatapathSync:
         if gray.config.enabled and name is not None:
             ports = gray.burst_due(name, now)
             if ports:
-                gray.sent(name, ports, gray.config.probes)
-                out.append((self.dpid, ofmsg.probe_burst(ports, gray.config.probes)))
+                gray.sent(name, ports, 1)
+                out.append((self.dpid, ofmsg.probe_burst(ports, 1)))
             if self._ready(self._probe_poll, 0.0, now) and gray.read_due(name, now):
                 self._probe_counts = {}
                 out.append((self.dpid, self._ask(self._probe_poll, ofmsg.probe_counts_request(), now)))

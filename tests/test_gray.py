@@ -31,16 +31,18 @@ def burst(w, now, copies=20):
 
 
 # ---- the ledger, by hand ----------------------------------------------------------------------------
-def test_the_schedule_is_one_burst_per_period_and_one_reading_settle_s_into_it():
-    w = watch(period_s=1.0, settle_s=0.7)
-    assert w.burst_due("s1", 10.0) == (3,) and w.burst_due("s1", 10.5) == () and w.burst_due("s1", 11.0) == (3,)
+def test_the_schedule_is_probes_rounds_early_in_each_period_and_one_reading_settle_s_into_it():
+    w = watch(period_s=1.0, settle_s=0.7, probes=3)
+    # one probe per port per call, 3 rounds, only in the first half of settle_s (0.35 s)
+    assert [w.burst_due("s1", t) for t in (10.0, 10.01, 10.02, 10.03)] == [(3,), (3,), (3,), ()]
+    assert w.burst_due("s1", 11.36) == () and w.burst_due("s1", 12.3) == (3,)
     assert w.burst_due("s2", 10.0) == ()  # s2 sends on no probed link
     assert not w.read_due("s2", 10.6) and w.read_due("s2", 10.7) and not w.read_due("s2", 10.9)
     assert w.read_due("s2", 11.75) and not w.read_due("s1", 11.8)  # s1 counts no probed link
     w.port_state(LINK, False)
-    assert w.burst_due("s1", 12.0) == ()  # no probes out of a port that is down
+    assert w.burst_due("s1", 13.0) == ()  # no probes out of a port that is down
     w.port_state(LINK, True)
-    assert w.burst_due("s1", 13.0) == (3,)
+    assert w.burst_due("s1", 14.0) == (3,)
 
 
 def test_two_lossy_readings_in_a_row_make_a_link_gray_and_three_clean_ones_heal_it():
@@ -130,7 +132,7 @@ def test_bad_settings_are_named():
 
 
 # ---- messages ---------------------------------------------------------------------------------------
-def test_a_burst_is_one_packet_out_with_copies_times_ports_outputs_of_a_probe_frame():
+def test_a_probe_round_is_one_packet_out_with_copies_times_ports_outputs_of_a_probe_frame():
     msg = ofmsg.probe_burst((2, 5), 3)
     assert isinstance(msg, parser.OFPPacketOut)
     assert [a.port for a in msg.actions] == [2, 5, 2, 5, 2, 5]

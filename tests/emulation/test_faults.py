@@ -137,7 +137,7 @@ def test_a_gray_link_is_found_by_its_probes_avoided_and_brought_back_once_healed
     # slot 0 from h0 to h15 crosses spineA0 -> leafA3 (spineA0 port 4). The link stays up (no port
     # event, the fast-failover buckets keep using it) but drops 30% of its packets both ways, or is
     # degraded to 5% of its 40 Mbit/s (2 Mbit/s; the 4 kpps probe of 106-byte frames needs 3.4). The controller's probes
-    # (a burst of 20 per link every second, counted at the far end) find it in two readings and take
+    # (20 per link every second, counted at the far end) find it in two readings and take
     # it out of service; the probe then loses nothing until the link is healed, and the link comes
     # back after three clean readings. Loss while it is gray is bounded by what the link itself drops
     # over the detection time.
