@@ -62,7 +62,8 @@ def test_expected_names_are_bridges_and_switch_side_interfaces():
     fab = builders.leaf_spine(hosts=2, hosts_per_leaf=2, spines=1)
     bridges, intfs = plan.expected_names(fab)
     assert bridges == {"leafA0", "spineA0"}
-    assert intfs == {"leafA0", "spineA0", "leafA0-eth1", "spineA0-eth1", "leafA0-eth2", "leafA0-eth3"}
+    assert intfs == {"leafA0", "spineA0", "leafA0-eth1", "spineA0-eth1", "leafA0-eth2", "leafA0-eth3",
+                     "leafA0-gs0", "leafA0-gs1"}  # (the lossy links' sink, made only when one is)
 
 
 def test_parse_dump_ports():

@@ -252,21 +252,25 @@ def test_under_ecmp_a_gray_link_is_reported_but_the_routing_does_not_change():
 
 # ---- the emulator's side ----------------------------------------------------------------------------
 def test_the_loss_filter_drops_with_the_probability_asked_for():
-    # cBPF: ld rand; jge K -> drop (TC_ACT_SHOT 2) else carry on (-1); K = (1 - loss) * 2^32
-    assert plan.loss_bytecode(0.25) == "4,32 0 0 4294963256,53 0 1 3221225472,6 0 0 2,6 0 0 4294967295"
+    # cBPF: ld rand; jge K -> match (-1: the redirect into the sink) else no match (0); K = (1 - loss) * 2^32
+    assert plan.loss_bytecode(0.25) == "4,32 0 0 4294963256,53 0 1 3221225472,6 0 0 4294967295,6 0 0 0"
     assert plan.loss_bytecode(1.0).split(",")[2] == "53 0 1 0"  # every packet
     assert plan.loss_bytecode(1e-12).split(",")[2] == "53 0 1 4294967295"
     for bad in (0, -0.1, 1.5):
         with pytest.raises(EmulationError):
             plan.loss_bytecode(bad)
-    cmds = plan.gray_commands("s1-eth4", 2.0, 0.25, had_loss=False)
+    cmds = plan.gray_commands("s1-eth4", 2.0, 0.25, had_loss=False, sink="s1-gs0")
     assert cmds[0] == ["tc", "class", "change", "dev", "s1-eth4", "parent", "5:", "classid", "5:1", "htb", "rate",
                        "2mbit", "burst", "15k", "quantum", "1514"]
     assert cmds[1] == ["tc", "qdisc", "replace", "dev", "s1-eth4", "clsact"]
-    assert cmds[2][-2:] == ["bytecode", plan.loss_bytecode(0.25)] and "da" in cmds[2]
-    assert plan.gray_commands("s1-eth4", 40.0, 0.0, had_loss=True)[1] == ["tc", "qdisc", "del", "dev", "s1-eth4",
-                                                                           "clsact"]
-    assert len(plan.gray_commands("s1-eth4", 40.0, 0.0, had_loss=False)) == 1
+    assert cmds[2][-8:] == ["bytecode", plan.loss_bytecode(0.25), "action", "mirred", "egress", "redirect", "dev",
+                            "s1-gs0"]
+    assert plan.gray_commands("s1-eth4", 40.0, 0.0, had_loss=True, sink="s1-gs0")[1] == [
+        "tc", "qdisc", "del", "dev", "s1-eth4", "clsact"]
+    assert len(plan.gray_commands("s1-eth4", 40.0, 0.0, had_loss=False, sink="s1-gs0")) == 1
+    fab = topofile.load("dual-plane-16")
+    assert plan.gray_sink_names(fab) == ("leafA0-gs0", "leafA0-gs1")
+    assert plan.sink_commands(("a", "b"))[0] == ["ip", "link", "add", "a", "type", "veth", "peer", "name", "b"]
 
 
 class _GrayNet:

@@ -52,6 +52,7 @@ class Emulation:
         self._claim: claims.Claim | None = None
         self._switch_index = {s.name: i for i, s in enumerate(fabric.switches)}
         self._lossy: set[tuple[str, int]] = set()  # interfaces with a loss filter (`set_gray`)
+        self._sinks: set[str] = set()  # namespaces with the lossy links' sink ("": the root one)
 
     # -- lifecycle --
     def start(self) -> "Emulation":
@@ -264,12 +265,17 @@ class Emulation:
         if not 0 < rate_fraction <= 1 or not 0 <= loss <= 1:
             raise EmulationError(f"need 0 < rate_fraction <= 1 and 0 <= loss <= 1, got {rate_fraction}, {loss}")
         cmds: list[tuple[str, list[str]]] = []
+        sink = plan.gray_sink_names(self.fabric)
         for node, port in ends:
+            ns = node if node in self.fabric.host_by_name else ""
+            if loss > 0 and ns not in self._sinks:
+                cmds += [(node, c) for c in plan.sink_commands(sink)]
+                self._sinks.add(ns)
             self.fabric.peer(node, port)  # raises TopologyError for a port with no link
             link = next(l for l in self.fabric.links if (node, port) in ((l.a.node, l.a.port), (l.b.node, l.b.port)))
             dev = intf_name(node, port)
             mbps = plan.link_mbps(link.rate_gbps, self.opts) * rate_fraction
-            cmds += [(node, c) for c in plan.gray_commands(dev, mbps, loss, (node, port) in self._lossy)]
+            cmds += [(node, c) for c in plan.gray_commands(dev, mbps, loss, (node, port) in self._lossy, sink[0])]
         t0 = time.monotonic()
         for node, cmd in cmds:
             if node in self.fabric.switch_by_name:
