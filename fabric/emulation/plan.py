@@ -122,7 +122,7 @@ def tc_batch(fabric: Fabric, opts: EmulationOptions, host: str | None) -> str:
 #: sink, a veth pair of its own whose far end takes it nowhere. Dropping there (TC_ACT_SHOT) would fail
 #: the sender's send: the userspace datapath sends a batch of frames in one `sendmmsg`, which stops at
 #: the failed one, and the rest of the batch is lost with it (measured: a link set to lose 30% lost
-#: 52% of a 4 kpps probe). Redirected, the send succeeds and each frame's loss is its own.
+#: 51% of a 4 kpps probe). Redirected, the send succeeds and each frame's loss is its own.
 _BPF_LD_RAND = "32 0 0 4294963256"
 _BPF_MATCH = 0xFFFFFFFF
 _BPF_NO_MATCH = 0
