@@ -7,8 +7,9 @@ import time
 
 import pytest
 
+from fabric.errors import DeadlineError
 from fabric.polling import wait_until
-from tests.emulation.test_multipath import assert_background, events_matching, wait_carrying
+from tests.emulation.test_multipath import assert_background, events_matching, tx, wait_carrying
 
 pytestmark = pytest.mark.emulation
 
@@ -132,23 +133,31 @@ def gray_verdicts(lab, link_ends, gray):
 
 
 @pytest.mark.fabric("dual-plane-16", routing="adaptive")
-@pytest.mark.parametrize("kind", ["lossy", "degraded"])
-def test_a_gray_link_is_found_by_its_probes_avoided_and_brought_back_once_healed(lab, probe, faults, kind):
+def test_a_lossy_link_is_found_by_its_probes_avoided_and_brought_back_once_healed(lab, probe, faults):
     # slot 0 from h0 to h15 crosses spineA0 -> leafA3 (spineA0 port 4). The link stays up (no port
-    # event, the fast-failover buckets keep using it) but drops 30% of its packets both ways, or is
-    # degraded to 5% of its 40 Mbit/s (2 Mbit/s; the 4 kpps probe of 106-byte frames needs 3.4). The controller's probes
-    # (20 per link every second, counted at the far end) find it in two readings and take
-    # it out of service; the probe then loses nothing until the link is healed, and the link comes
-    # back after three clean readings. Loss while it is gray is bounded by what the link itself drops
-    # over the detection time.
+    # event, the fast-failover buckets keep using it) but drops 30% of its packets both ways. The
+    # controller's probes (20 per link every second, counted at the far end) find it in two readings
+    # and take it out of service; the probe then loses nothing until the link is healed, and the link
+    # comes back after three clean readings. Loss while it is gray is bounded by what the link itself
+    # drops over the detection time. (A link degraded in rate is not tested here: its tail-drop queue
+    # lets the sparse probes through while it drops the bulk traffic, so the probes do not find it;
+    # README, "Gray failures".)
     rate, period_s = 4000, 1.0
     ends = {("spineA0", 4), ("leafA3", 1)}
     run = probe("h0", "h15", plane="A", sport=49152, rate_pps=rate, seconds=14)
     run.wait_sending()
     wait_carrying(lab, "spineA0", 4, rate // 4 * 64)
-    sick = faults.lossy("spineA0", 4, 0.3) if kind == "lossy" else faults.degrade("spineA0", 4, 0.05)
-    (verdict, *_) = wait_until("the controller to find the link gray", lambda: gray_verdicts(lab, ends, True),
-                               4 * period_s + 2)
+    tx_before, t_before = tx(lab, "spineA0")[4], time.monotonic()
+    sick = faults.lossy("spineA0", 4, 0.3)
+    try:
+        (verdict, *_) = wait_until("the controller to find the link gray", lambda: gray_verdicts(lab, ends, True),
+                                   4 * period_s + 2)
+    except DeadlineError as e:
+        readings = [(l["switch"], l["port"], l["probes_lost"], l["probes_sent"]) for l in
+                    lab.controller.get("/api/links") if (l["switch"], l["port"]) in ends]
+        mbps = (tx(lab, "spineA0")[4] - tx_before) * 8 / (time.monotonic() - t_before) / 1e6
+        raise AssertionError(f"{e}; last readings (switch, port, lost, sent) {readings}; spineA0:4 sent "
+                             f"{mbps:.2f} Mbit/s since the fault") from None
     (moved, *_) = wait_until("the gray link's slots moved away", lambda: events_matching(
         lab, cause="failure", switch="leafA0", dest="leafA3"), 5)
     assert " gray: " in moved["trigger"], moved
@@ -167,10 +176,9 @@ def test_a_gray_link_is_found_by_its_probes_avoided_and_brought_back_once_healed
           f"{out_s - sick.at_s:.2f} s after the fault; lost {lost_gray} until then, {lost_after} while it was "
           f"out, {report.lost_in(*recovery)} at the recovery; spans {report.lost_spans[:8]}")
     # two lossy readings: the first burst after the fault (<= 1 period), the next; each read 0.7 s in
-    # (degraded: its queue, ~0.4 s deep at 2 Mbit/s, fills before it drops: one more period)
-    assert detect_s <= (2 if kind == "lossy" else 3) * period_s + 0.7 + 0.5, detect_s
+    assert detect_s <= 2 * period_s + 0.7 + 0.5, detect_s
     assert out_s - verdict["time_s"] <= 0.1
-    assert 0 < lost_gray <= (0.45 if kind == "lossy" else 0.7) * rate * (gray_window[1] - gray_window[0])
+    assert 0 < lost_gray <= 0.45 * rate * (gray_window[1] - gray_window[0])
     assert lost_after == 0, report.spans_in(out_s + 0.1, heal.at_s)
     assert report.lost_in(*recovery) <= 0.05 * rate
     assert_background(report, [gray_window, recovery])
