@@ -7,7 +7,8 @@ bytes through the switches) and on the simulator with the fitted parameters at t
 dilation, cut-through as the replay's agents forward (`fabriclab.calibrate.CUT_THROUGH`). Every
 comparable collective (`CrossRow.comparable`: the calibrated delays at most a quarter of its simulated
 time, and not a pipelined chain: all but ResNet's two broadcasts, latency-bound chains of chunks) and
-each trace's total must agree within 15% (AGREEMENT), on both fabrics. Each fabric runs with what it
+each trace's total must agree within 15% (AGREEMENT), on both fabrics; a collective repeated is
+compared at its median occurrence, in the total too. Each fabric runs with what it
 is built for: the dual-plane's adaptive routing with planned source ports, the pyramid's ECMP with
 hashed ones.
 """
@@ -84,7 +85,15 @@ def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tm
                 e = statistics.median(r.emulated_us for r in occ)
                 s = statistics.median(r.simulated_us for r in occ)
                 worst.append((abs(s - e) / e - bound, abs(s - e) / e, name, fab.name, kind, size))
-            e, s = sum(r.emulated_us for r in rows), sum(r.simulated_us for r in rows)
+            # the total: each collective (kind and size) at its median occurrence times its count, so
+            # one occurrence stretched by a stall of the userspace datapath (tens of ms, PLATFORM.md;
+            # a DLRM all-to-all is ~50 ms emulated: seen once at 0.80 us against 0.53-0.59) weighs
+            # no more in the total than in the collective's own comparison
+            groups: dict[tuple[str, int], list[cal.CrossRow]] = {}
+            for r in rows:
+                groups.setdefault((r.kind, r.size_bytes), []).append(r)
+            e = sum(statistics.median(r.emulated_us for r in occ) * len(occ) for occ in groups.values())
+            s = sum(statistics.median(r.simulated_us for r in occ) * len(occ) for occ in groups.values())
             worst.append((abs(s - e) / e - bound, abs(s - e) / e, name, fab.name, "all", 0))
     from tests.emulation.test_multipath import record_figures
     record_figures("sim_vs_emulation", calibration={"goodput_share": round(c.goodput_share, 4),
