@@ -364,6 +364,32 @@ def test_a_slot_moved_off_a_hot_link_goes_home_once_it_is_idle_and_home_has_cool
     assert r.on_loads(ports, slots, 6.0) == []
 
 
+def test_a_slot_moved_in_its_first_second_is_not_read_as_idle_while_its_rate_window_holds_its_start():
+    # A flow moved off a hot link right after it started: its windowed rate (1 s) is still diluted by
+    # the idle time before it, below the idle floor (5% of the link), while it is in fact an elephant.
+    # The link it left cools (the flow that stayed there ramps up only over some round trips). Read
+    # as idle, the slot went home onto that link, which turned hot again: a second move, a flap.
+    fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
+    cap = 400e9 * 1e-4
+    r = core.policy
+    ports = {("leafA0", p): u * cap for p, u in {1: 1.0, 2: 0.9, 3: 0.2, 4: 0.9}.items()}
+    slots = {("leafA0", "leafA3", 4): 0.9 * cap, ("leafA0", "leafA3", 0): 0.5 * cap,
+             ("leafA0", "leafA3", 1): 0.9 * cap, ("leafA0", "leafA3", 3): 0.9 * cap}
+    (move,) = r.on_loads(ports, slots, 2.0)
+    moved = ("leafA0", "leafA3", move.slot)
+    # port 1 cools below cool_util (smoothed: 0.55, then 0.325); the moved slot's last windowed rate
+    # is 1% of the link, but it started sending 20 full frames ago: a newcomer
+    ports[("leafA0", 1)] = 0.1 * cap
+    slots[moved] = 0.01 * cap
+    assert r.on_loads(ports, slots, 2.1, {moved: 30000}) == []
+    assert r.on_loads(ports, slots, 2.3, {moved: 30000}) == []  # past the hold-down (0.2 s)
+    assert ("leafA0", 1) not in r.hot_links()
+    # a slot with fewer bytes than a newcomer needs (a handshake) is no elephant: it is idle and goes
+    # home; so does this one once its window covers its activity and it really is idle
+    (back,) = r.on_loads(ports, slots, 2.4, {moved: 3000})
+    assert (back.slot, back.old_port, back.new_port) == (move.slot, 3, 1)
+
+
 def test_counter_rates_respect_the_minimum_window():
     from controller.core import CounterRates
 

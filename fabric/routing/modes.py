@@ -119,7 +119,9 @@ class AdaptivePolicy(EcmpPolicy):
         """Slots a congestion move took off their all-links-up port, now idle (below `min_move_share`
         of their home segment's slowest link), back on that port where its segment has no hot link.
         Only where every port is alive (a failure's mapping is the failure logic's) and the decision
-        point is not in its hold-down; pinned slots stay."""
+        point is not in its hold-down; pinned slots stay, and so do newcomers (`newcomers`): a flow
+        moved in its first second, whose windowed rate still holds the idle time before it, is not
+        idle (read as idle, it went home onto the link it had just left, and moved away again)."""
         cfg = self.config
         hot = set(self.hot_links())
         moves: list[SlotMove] = []
@@ -133,8 +135,8 @@ class AdaptivePolicy(EcmpPolicy):
             pins = self._pins.get(key, {})
             sw, dest = key
             for slot, (port, home) in enumerate(zip(slots, base)):
-                if port == home or slot in pins:
-                    continue
+                if port == home or slot in pins or (sw, dest, slot) in self.newcomers:
+                    continue  # a newcomer's low windowed rate is its idle time before it started
                 seg = self.table.segment(sw, dest, home)
                 if hot.intersection(seg):
                     continue

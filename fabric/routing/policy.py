@@ -180,6 +180,9 @@ class RoutingPolicy:
             raise RoutingError(f"capacity_scale must be > 0, got {capacity_scale}")
         self.table = table
         self.config = config or RouterConfig()
+        #: the slots of the last `on_loads` that just started sending (its `newcomers_bytes`, at least
+        #: `min_newcomer_bytes` each): their measured rates are diluted by the idle time before them
+        self.newcomers: frozenset[SlotKey] = frozenset()
         self.capacity_scale = capacity_scale
         self.entropy: EntropyPlan = plan_entropy(table)
         fab = table.fabric
@@ -681,6 +684,9 @@ class RoutingPolicy:
                 load.hot = False
             elif not load.hot and util >= cfg.hot_util:
                 load.hot = True
+        floor = max(1, cfg.min_newcomer_bytes)
+        # slots whose windowed rate does not cover their activity yet: never read as idle
+        self.newcomers = frozenset(k for k, n in (newcomers_bytes or {}).items() if n >= floor)
         if newcomers_bytes:
             slot_rates_bps = self.presume_newcomers(slot_rates_bps, newcomers_bytes)
         moves = self._keep_pins(self.react_to_loads(slot_rates_bps, now), (), "congestion")

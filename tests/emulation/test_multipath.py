@@ -131,21 +131,37 @@ def test_congestion_moves_one_of_two_heavy_flows_and_throughput_recovers(lab_fac
     b = start_iperf(lab.emulation, "h1", "h7", "A", seconds=seconds, cport=sport_for_slot(2), port=5202)
     moves = wait_until("a congestion move at leafA0 towards leafA3", lambda: events_matching(
         lab, cause="congestion", switch="leafA0", dest="leafA3"), seconds - 5)
-    # measure a 2 s window once the moved flow has settled (1 s after the move)
-    time.sleep(max(0.0, moves[0]["time_s"] + 1.0 - time.monotonic()))
-    t1, s1, d1 = time.monotonic(), tx(lab, "leafA0"), tx(lab, "leafA3")
-    time.sleep(2.0)
-    t2, s2, d2 = time.monotonic(), tx(lab, "leafA0"), tx(lab, "leafA3")
-    assert t2 < t_start + seconds - 0.5, "the measurement window must end before the flows do"
-    a.result(), b.result()
     assert moves[0]["old_port"] == 1 and moves[0]["new_port"] == 2 and moves[0]["slot"] in (0, 2)
-    # at the end the flows are on different uplinks: each carries ~10 Mbit/s (>= 7)
-    up = {p: (s2[p] - s1[p]) * 8 / (t2 - t1) / 1e6 for p in (1, 2)}
-    assert min(up.values()) >= 7.0, up
-    # and the receivers get more than one 10 Mbit/s uplink could ever carry: ~20 Mbit/s (>= 16),
-    # counted where leafA3 hands the bytes to h6 and h7 (its ports 3 and 4)
-    delivered = sum(d2[p] - d1[p] for p in (3, 4)) * 8 / (t2 - t1) / 1e6
-    assert delivered >= 16.0, (delivered, up)
+    # Then look for a 2 s window, from 1 s after the move, in which each uplink carries ~10 Mbit/s
+    # (>= 7: the flows are on different uplinks) and the receivers get more than one 10 Mbit/s uplink
+    # could ever carry (>= 16), counted where leafA3 hands the bytes to h6 and h7 (its ports 3 and 4).
+    # A window, not the first 2 s: either TCP flow may sit out a retransmission timeout (backed off
+    # to over a second by the losses of the shared queue) before it takes its new uplink's rate.
+    end = t_start + seconds - 0.5
+    time.sleep(max(0.0, moves[0]["time_s"] + 1.0 - time.monotonic()))
+    samples = [(time.monotonic(), tx(lab, "leafA0"), tx(lab, "leafA3"))]
+    found = None
+    while found is None and time.monotonic() + 0.25 < end:
+        time.sleep(0.25)
+        samples.append((time.monotonic(), tx(lab, "leafA0"), tx(lab, "leafA3")))
+        t2, s2, d2 = samples[-1]
+        starts = [x for x in samples if t2 - x[0] >= 2.0]
+        if not starts:
+            continue
+        t1, s1, d1 = starts[-1]
+        up = {p: (s2[p] - s1[p]) * 8 / (t2 - t1) / 1e6 for p in (1, 2)}
+        delivered = sum(d2[p] - d1[p] for p in (3, 4)) * 8 / (t2 - t1) / 1e6
+        if min(up.values()) >= 7.0 and delivered >= 16.0:
+            found = (t1 - moves[0]["time_s"], up, delivered, events_matching(lab, cause="congestion"))
+    a.result(), b.result()
+    series = [(round(t - t_start, 2), round((s[1] - p[1][1]) * 8 / (t - p[0]) / 1e6, 1),
+               round((s[2] - p[1][2]) * 8 / (t - p[0]) / 1e6, 1)) for p, (t, s, _) in zip(samples, samples[1:])]
+    assert found is not None, f"no 2 s window with both uplinks busy; (s, uplink 1, uplink 2 Mbit/s): {series}"
+    print(f"window from {found[0]:.2f} s after the move: uplinks {found[1]}, delivered {found[2]:.1f} Mbit/s")
+    # one move settled it: nothing moved back or on while the flows ran (once they end, the moved slot
+    # is idle and may go home)
+    assert len(found[3]) == 1, ([{k: e[k] for k in ("time_s", "slot", "old_port", "new_port", "trigger")}
+                                 for e in found[3]], series)
 
 
 @pytest.mark.fabric("dual-plane-16", routing="adaptive")
