@@ -60,9 +60,9 @@ def delivered() -> int:
     return tx_bytes("leafA3", 3) + tx_bytes("leafA3", 4)
 
 
-def trial(routing: str, seconds: float) -> dict[str, float]:
+def trial(routing: str, seconds: float, controller_args: list[str]) -> dict[str, float]:
     fab = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, oversubscription=2.0)
-    with Lab(fab, routing=routing, opts=EmulationOptions(mbps_per_gbps=0.1)) as lab:
+    with Lab(fab, routing=routing, opts=EmulationOptions(mbps_per_gbps=0.1), controller_args=controller_args) as lab:
         em, ctl = lab.emulation, lab.controller
         if em is None or ctl is None:
             raise RuntimeError("the lab is not running")
@@ -102,10 +102,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--controller-args", default="", help="extra controller flags, e.g. '--hot-flow-poll-ms 50'")
     args = ap.parse_args()
     results = {}
     for routing in ("ecmp", "adaptive"):
-        results[routing] = [trial(routing, args.seconds) for _ in range(args.trials)]
+        results[routing] = [trial(routing, args.seconds, args.controller_args.split()) for _ in range(args.trials)]
         print(f"done {routing}", file=sys.stderr)
     keys = list(results["adaptive"][0])
     print(f"two TCP flows on one 10 Mbit/s uplink (capacity with both uplinks: 20 Mbit/s); "

@@ -29,6 +29,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="background ECMP flow-statistics interval (default 1000)")
     ap.add_argument("--hot-flow-poll-ms", type=float, default=250.0,
                     help="flow-statistics interval at decision points upstream of a hot link (default 250)")
+    ap.add_argument("--fast-flow-ms", type=float, default=1000.0,
+                    help="after a link turns hot, ask the decision points that could relieve it for flow "
+                         "statistics every 50 ms for this long (default 1000: OVS refreshes userspace flow "
+                         "counters every ~500 ms, and the first reply may not show flows that just started); 0 disables")
     ap.add_argument("--flow-window-ms", type=float, default=1000.0,
                     help="shortest span for per-slot rates from flow counters (default 1000: OVS refreshes "
                          "userspace flow counters only every few hundred ms)")
@@ -57,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--poll-ms, --flow-poll-ms, --hot-flow-poll-ms and --mbps-per-gbps must be > 0")
     if args.port_window_ms < 0:
         ap.error("--port-window-ms must be >= 0")
+    if args.fast_flow_ms < 0:
+        ap.error("--fast-flow-ms must be >= 0")
     if args.precompute_s < 0:
         ap.error("--precompute-s must be >= 0")
 
@@ -88,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
             "prepared the reaction to %d link failures in %.2f s", n, time.perf_counter() - started)
     tune_gc()  # after precomputing: what it made is frozen too
     configure(AppConfig(core, PollConfig(poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
-                                         hot_flow_poll_s=args.hot_flow_poll_ms / 1000),
+                                         hot_flow_poll_s=args.hot_flow_poll_ms / 1000,
+                                         fast_flow_s=args.fast_flow_ms / 1000),
                         rest_host=args.rest_host, rest_port=args.rest_port))
 
     from os_ken import cfg

@@ -231,6 +231,10 @@ class ControllerCore:
         #: relievers of a link that has just turned hot, so slots that started too recently for a
         #: windowed rate are seen in the reply, and the decision is made on it
         self.urgent_flow_dpids: set[int] = set()
+        #: datapath -> when a link it could relieve last turned hot: it is polled fast for a while
+        #: (`PollConfig.fast_flow_s`), as OVS refreshes the flow counters of its userspace datapath
+        #: only every ~0.5 s, so the reply at once may not show the slots that just started yet
+        self.turned_hot_s: dict[int, float] = {}
         self._flow_seen: dict[tuple[str, object], int] = {}  # (switch, flow key) -> its last byte count
         # slots that started sending while their windowed rate was 0: slot -> (when, bytes since)
         self._newcomers: dict[tuple[str, str, int], tuple[float, int]] = {}
@@ -541,7 +545,9 @@ class ControllerCore:
         moves = p.on_loads(port_rates_bps, self.last_slot_rates_bps, now, self.newcomers(now))
         for link in p.hot_links():
             if link not in was_hot:
-                self.urgent_flow_dpids |= self._relievers(link)
+                relievers = self._relievers(link)
+                self.urgent_flow_dpids |= relievers
+                self.turned_hot_s.update(dict.fromkeys(relievers, now))
         return self._apply(moves, started)
 
     def on_slot_rates(self, now: float) -> list[Changes]:

@@ -8,7 +8,9 @@ On (re)connect a switch is resynchronised, not wiped:
 Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics every
 `flow_poll_s`, and every `hot_flow_poll_s` while the core wants this switch's per-slot rates (a hot
 link downstream), and at once when a link downstream has just turned hot (the core's
-`urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once). A request
+`urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once), and
+every `urgent_flow_poll_s` for `fast_flow_s` after that (OVS refreshes its userspace datapath's flow
+counters only every ~0.5 s: the first reply may not show the slots that just started). A request
 still unanswered is not repeated until `reply_timeout_s` has passed, so a slow switch is not buried
 under requests. Gray-failure probing (`controller.gray`): early in each period a probe out of each
 of the switch's live switch-to-switch ports at every poll until `probes` have gone, and `settle_s`
@@ -43,7 +45,8 @@ class PollConfig:
     poll_s: float = 0.01  # port statistics, every switch
     flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
     hot_flow_poll_s: float = 0.25  # ... and this often where a link is hot
-    urgent_flow_poll_s: float = 0.05  # ... and at once where one turns hot, if none was asked this recently
+    urgent_flow_poll_s: float = 0.05  # ... and at once where one turns hot, if none was asked this recently,
+    fast_flow_s: float = 1.0  # ... then this often for this long (a flow counter refresh, ~0.5 s in OVS)
     reply_timeout_s: float = 1.0  # re-ask after this long without a reply
 
 
@@ -157,7 +160,8 @@ class DatapathSync:
         out: list[Out] = []
         if self.dpid in self.core.port_poll_dpids and self._ready(self._port_poll, cfg.poll_s, now):
             out.append((self.dpid, self._ask(self._port_poll, ofmsg.port_stats_request(), now)))
-        urgent = self.dpid in self.core.urgent_flow_dpids
+        urgent = (self.dpid in self.core.urgent_flow_dpids
+                  or now - self.core.turned_hot_s.get(self.dpid, float("-inf")) < cfg.fast_flow_s)
         # a link at the hysteresis' edge may turn hot again and again: at most one urgent request per
         # `urgent_flow_poll_s`
         flow_every_s = cfg.urgent_flow_poll_s if urgent else cfg.hot_flow_poll_s if hot else cfg.flow_poll_s

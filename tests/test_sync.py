@@ -196,6 +196,58 @@ def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_t
     assert not core.urgent_flow_dpids
 
 
+def test_after_a_link_turns_hot_its_relievers_are_polled_fast_until_the_counters_show_the_newcomers():
+    # OVS refreshes the flow counters of its userspace datapath every ~0.5 s: the reply asked at once
+    # may still show the two slots that just started as idle. Then leafA0 is asked every 50 ms
+    # (`urgent_flow_poll_s`) for 1 s (`fast_flow_s`), not every 0.25 s, and the first reply that
+    # shows them decides; after that second, polls go back to every 0.25 s while the link stays hot.
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0, gray=GrayConfig(period_s=0))
+    fake = FakeFabric(fab)
+    leaf, _ = connect(core, fake, "leafA0")
+    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, urgent_flow_poll_s=0.05,
+                             fast_flow_s=1.0, reply_timeout_s=0.5)
+    cap_bytes = 400e9 * 1e-4 / 8
+    flows = [core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 4)]
+    req = next(m for _, m in leaf.due(1.0, hot=False) if isinstance(m, parser.OFPFlowStatsRequest))
+    leaf.on_flow_stats(req.xid, [(f, 0, 10.0) for f in flows], False, 1.0)
+    port = {"n": 0}
+
+    def sample(t):
+        port["n"] += int(cap_bytes * 0.01)
+        return leaf.on_port_stats(-1, {1: (port["n"], 0, 10.0 + t - 1.0)}, False, t)
+
+    leaf.on_port_stats(-1, {1: (0, 0, 10.19)}, False, 1.19)
+    for t in (1.20, 1.21, 1.22):
+        sample(t)
+    assert core.policy.hot_links() == (("leafA0", 1),)
+
+    def asked(t):
+        return [m for _, m in leaf.due(t, hot=True) if isinstance(m, parser.OFPFlowStatsRequest)]
+
+    times, moved_at = [], None
+    t = 1.23
+    while t < 1.6 and moved_at is None:
+        for m in asked(round(t, 3)):
+            times.append(round(t, 3))
+            stale = t < 1.45  # the counters refresh at 1.45 s
+            n = 0 if stale else int(cap_bytes * (t - 1.19) / 2)
+            leaf.on_flow_stats(m.xid, [(f, n, 10.0 + t - 1.0) for f in flows], False, t)
+            if any(e.cause == "congestion" for e in core.policy.events()):
+                moved_at = round(t, 3)
+        t += 0.01
+    # asked at once (1.23), then every 50 ms (the next 10 ms poll on or after it: floating-point
+    # sums may put it one poll later): the first request after the refresh decides
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times[0] == 1.23 and all(0.049 < g < 0.061 for g in gaps), times
+    assert moved_at == times[-1] and times[-2] < 1.45 <= times[-1], times
+    # a second after the link turned hot (1.21 s), back to every 0.25 s while it stays hot
+    times = [round(t, 3) for t in (2.25 + 0.01 * i for i in range(60)) if asked(round(t, 3))
+             and not leaf.on_flow_stats(leaf._flow_poll.xid, [], False, t)]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert times[0] == 2.25 and len(gaps) >= 2 and all(0.249 < g < 0.261 for g in gaps), times
+
+
 def test_switches_that_connect_while_a_mesh_link_is_down_forward_over_the_detours():
     # dual_plane mesh of 4 leaves per plane (ports by hand in tests/test_paths.py): leafA0 -- leafA1
     # (port 1 at both ends) is down when the switches connect, and their port descriptions say so.
