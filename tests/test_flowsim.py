@@ -384,6 +384,24 @@ def test_jobs_start_at_their_time_and_local_transfers_take_no_time():
     assert res.job_time_s[0] == pytest.approx(10**6 * 8 / 400e9, rel=1e-9)
 
 
+@pytest.mark.parametrize("opts", [SimOptions(), SimOptions(lockstep=True), SimOptions(cut_through=True),
+                                  SimOptions(per_transfer_s=1e-6)], ids=["exact", "lockstep", "cut-through", "overhead"])
+def test_a_long_chain_of_empty_transfers_then_one_with_bytes(opts):
+    # A trace's empty collectives one after another (a DLRM trace at 1024 ranks made such chains,
+    # and `fabriclab compare` died of a RecursionError after 8 minutes): 5000 zero-byte transfers, each
+    # after the one before, alternately between two hosts and on one host, then 1 MB between two
+    # hosts. The chain takes no time but its overheads; the last transfer its own time after it.
+    n = 5000
+    ts = [Transfer(i % 2, 1 - i % 2 if i % 3 else 2, 0, deps=(i - 1,) if i else (), phase=i) for i in range(n)]
+    ts.append(Transfer(0, 1, 10**6, deps=(n - 1,), phase=n))
+    dag = TransferDag(tuple(ts), (0, 1, 2))
+    _, res = run("leaf-spine-16", [Job(dag, Placement(("h0", "h4", "h0")))], options=opts)
+    remote = sum(1 for t in ts[:n] if t.src != t.dst and {t.src, t.dst} != {0, 2})
+    chain_s = remote * opts.per_transfer_s
+    assert res.transfer_end_s[n - 1] == pytest.approx(chain_s, abs=1e-12)
+    assert res.job_time_s[0] == pytest.approx(chain_s + opts.per_transfer_s + 10**6 * 8 / 400e9, rel=1e-9)
+
+
 def test_bad_inputs_are_errors_naming_the_item():
     fab = topofile.load("leaf-spine-16")
     dag = TransferDag((Transfer(0, 1, 1),), (0, 1))

@@ -475,24 +475,35 @@ class _Run:
         if self.opts.cut_through:
             self._begin_ct(g)
             return
-        if self.opts.lockstep and g.size and PHASE_REPLAY:
-            self.watch = None  # whatever was watched no longer runs alone
-            if self._phase_replay(g):
-                return
-        todo = [g]
+        # a work list, not recursion: transfers with nothing to send (0 bytes, or both ranks on one
+        # host) are delivered at once, and a chain of thousands of them (a trace's empty
+        # collectives, one after another) must not exhaust Python's stack. `phased`: whether the
+        # batch may be a lockstep phase (what `_begin` was called with, or what zero-byte transfers
+        # drained into; what local transfers make ready runs on as before).
+        # (the same order as recursion: what zero-byte transfers make ready begins, and all that
+        # follows from it, before the local transfers of the batch are delivered)
+        todo: list[tuple[IntArray, bool, bool]] = [(g, True, False)]  # (transfers, phased, deliver first)
         while todo:
-            g = todo.pop()
+            g, phased, deliver = todo.pop()
+            if deliver:
+                g = self._deliver(g)
             if not g.size:
                 continue
+            if phased and self.opts.lockstep and PHASE_REPLAY:
+                self.watch = None  # whatever was watched no longer runs alone
+                if self._phase_replay(g):
+                    continue
             self.start_s[g] = self.now
             local = g[self.t_pair[g] < 0]
             g = g[self.t_pair[g] >= 0]
+            if local.size:
+                todo.append((local, False, True))
             if g.size:
                 empty = self._start_flows(g)
                 if empty.size:
-                    self._drained(empty)
-            if local.size:
-                todo.append(self._deliver(local))
+                    now_ = self._drained_now(empty)
+                    if now_.size:
+                        todo.append((self._deliver(now_), True, False))
 
     def _start_flows(self, g: IntArray) -> IntArray:
         """Transfers `g` (between two hosts) start sending now: one flow per connection of their pair;
@@ -765,9 +776,14 @@ class _Run:
             released, granted = self._sent_ct(g)
             self._begin_ct(released, granted)
             return
-        now_ = self._after(g, self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g])
+        now_ = self._drained_now(g)
         if now_.size:
             self._begin(self._deliver(now_))
+
+    def _drained_now(self, g: IntArray) -> IntArray:
+        """Store and forward: of transfers `g`, which sent their last byte now, those delivered now
+        (no overheads); the others are delivered after them (`_after`)."""
+        return self._after(g, self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g])
 
     def _by_job(self, g: IntArray) -> list[tuple[int, IntArray]]:
         """Transfers `g` (pool indexes) grouped by job: (job, its transfers among `g`)."""
