@@ -332,15 +332,22 @@ def test_congestion_moves_spread_elephants_and_leave_a_lone_elephant_alone():
     assert r.on_loads(ports, slots, 5.0) == []
 
 
-def test_a_slot_moved_off_a_hot_link_goes_home_once_it_is_idle_and_home_has_cooled():
-    # the same start as above: of slots 0 and 4 on port 1 (towards leafA3) one moves to port 3
-    fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
+def two_elephants_on_port_1():
+    """leaf-spine-16 at 1e-4 (leafA0's uplinks 40 Mbit/s): towards leafA3, elephants in slots 4 and 0
+    on port 1 (hot), one each on ports 2 and 4, port 3 nearly idle. Returns (core, cap, ports, slots)."""
+    _, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
     cap = 400e9 * 1e-4
-    r = core.policy
-    base = r.slots("leafA0", "leafA3")
     ports = {("leafA0", p): u * cap for p, u in {1: 1.0, 2: 0.9, 3: 0.2, 4: 0.9}.items()}
     slots = {("leafA0", "leafA3", 4): 0.9 * cap, ("leafA0", "leafA3", 0): 0.5 * cap,
              ("leafA0", "leafA3", 1): 0.9 * cap, ("leafA0", "leafA3", 3): 0.9 * cap}
+    return core, cap, ports, slots
+
+
+def test_a_slot_moved_off_a_hot_link_goes_home_once_it_is_idle_and_home_has_cooled():
+    # the same start as above: of slots 0 and 4 on port 1 (towards leafA3) one moves to port 3
+    core, cap, ports, slots = two_elephants_on_port_1()
+    r = core.policy
+    base = r.slots("leafA0", "leafA3")
     (move,) = r.on_loads(ports, slots, 2.0)
     assert (move.old_port, move.new_port) == (1, 3)
     moved = move.slot
@@ -369,12 +376,8 @@ def test_a_slot_moved_in_its_first_second_is_not_read_as_idle_while_its_rate_win
     # the idle time before it, below the idle floor (5% of the link), while it is in fact an elephant.
     # The link it left cools (the flow that stayed there ramps up only over some round trips). Read
     # as idle, the slot went home onto that link, which turned hot again: a second move, a flap.
-    fab, core, _ = programmed("leaf-spine-16", "adaptive", rate_scale=1e-4)
-    cap = 400e9 * 1e-4
+    core, cap, ports, slots = two_elephants_on_port_1()
     r = core.policy
-    ports = {("leafA0", p): u * cap for p, u in {1: 1.0, 2: 0.9, 3: 0.2, 4: 0.9}.items()}
-    slots = {("leafA0", "leafA3", 4): 0.9 * cap, ("leafA0", "leafA3", 0): 0.5 * cap,
-             ("leafA0", "leafA3", 1): 0.9 * cap, ("leafA0", "leafA3", 3): 0.9 * cap}
     (move,) = r.on_loads(ports, slots, 2.0)
     moved = ("leafA0", "leafA3", move.slot)
     # port 1 cools below cool_util (smoothed: 0.55, then 0.325); the moved slot's last windowed rate
