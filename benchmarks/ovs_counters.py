@@ -1,0 +1,89 @@
+"""What OVS's OpenFlow counters show on this machine's userspace datapath (needs root and OVS).
+
+    sudo .venv/bin/python benchmarks/ovs_counters.py [--seconds 2] [--degrade 0.3]
+
+Fabric: dual-plane, 8 hosts, 2 per leaf, 2 spines per plane, leaf uplinks 2:1 oversubscribed (10 Mbit/s
+emulated; host NICs 20 Mbit/s), `ecmp`. One TCP flow h0 -> h6 takes leafA0's uplink 1. Measured:
+- flow-counter refresh: while the flow runs, leafA0's table-1 (ECMP) flow counters are read with
+  `ovs-ofctl dump-flows` in a tight loop for `--seconds`; printed: when their byte total changed and
+  the gaps between changes (what bounds how soon a controller can see a new flow's bytes);
+- drop counters: the uplink's tx packets, rate and tx drop (`ovs-ofctl dump-ports`) and its HTB
+  qdisc's drops (`tc -s qdisc`) over a 4 s flow, at the full rate and with the link degraded to
+  `--degrade` of it (`Faults.degrade`): whether a rate-degraded link shows in drop counters.
+Run again with `ovs-vsctl set Open_vSwitch . other_config:max-revalidator=20` (remove it after) to
+see the revalidator's effect on the refresh.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import re
+import subprocess
+import time
+
+from fabric.builders import dual_plane
+from fabric.emulation import EmulationOptions
+from fabric.emulation.plan import parse_dump_ports
+from fabric.model import intf_name
+from fabriclab.session import Lab
+from traffic.iperf import start_iperf
+
+
+def table1_bytes(switch: str) -> int:
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch, "table=1"],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(int(m) for m in re.findall(r"n_bytes=(\d+)", out))
+
+
+def port_tx(switch: str, port: int) -> tuple[int, int, int]:
+    """(tx packets, tx bytes, tx dropped) of one port."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
+                         capture_output=True, text=True, check=True).stdout
+    tx_bytes = parse_dump_ports(out)[port][0]
+    m = re.search(r"tx pkts=(\d+), bytes=\d+, drop=(\d+)", out)
+    if m is None:
+        raise RuntimeError(f"no tx line in dump-ports of {switch} port {port}: {out!r}")
+    return int(m.group(1)), tx_bytes, int(m.group(2))
+
+
+def qdisc_dropped(dev: str) -> int:
+    out = subprocess.run(["tc", "-s", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=True).stdout
+    return sum(int(m) for m in re.findall(r"dropped (\d+)", out))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=2.0, help="how long to watch the flow counters")
+    ap.add_argument("--degrade", type=float, default=0.3, help="fraction of its rate the degraded uplink keeps")
+    args = ap.parse_args()
+    fab = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, oversubscription=2.0)
+    with Lab(fab, routing="ecmp", opts=EmulationOptions(mbps_per_gbps=0.1)) as lab:
+        em, faults = lab.emulation, lab.faults
+        if em is None or faults is None:
+            raise RuntimeError("the lab is not running")
+        dev = intf_name("leafA0", 1)
+        flow = start_iperf(em, "h0", "h6", "A", seconds=args.seconds + 1.5, cport=49152, port=5201)
+        time.sleep(1.0)
+        t0, last, changes = time.monotonic(), None, []
+        while time.monotonic() < t0 + args.seconds:
+            n = table1_bytes("leafA0")
+            if n != last:
+                changes.append((time.monotonic() - t0) * 1000)
+                last = n
+        flow.result()
+        gaps = [b - a for a, b in itertools.pairwise(changes)]
+        print(f"table-1 flow counters of leafA0 changed at (ms): {', '.join(f'{c:.0f}' for c in changes)}")
+        print(f"gaps between changes (ms): {', '.join(f'{g:.0f}' for g in gaps)}")
+        for label, fraction in (("full rate", None), (f"degraded to {args.degrade:g}", args.degrade)):
+            if fraction is not None:
+                faults.degrade("leafA0", 1, fraction)
+            p0, q0, t0 = port_tx("leafA0", 1), qdisc_dropped(dev), time.monotonic()
+            start_iperf(em, "h0", "h6", "A", seconds=4, cport=49152, port=5201).result()
+            p1, q1, t1 = port_tx("leafA0", 1), qdisc_dropped(dev), time.monotonic()
+            print(f"uplink leafA0:1 {label}: {p1[0] - p0[0]} packets, {(p1[1] - p0[1]) * 8 / (t1 - t0) / 1e6:.2f} Mbit/s, "
+                  f"tx drop {p1[2] - p0[2]}, qdisc dropped {q1 - q0}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
