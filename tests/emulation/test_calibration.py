@@ -73,10 +73,11 @@ def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tm
             emulated_us[f"{name}_{fab.name}"] = [round(r.emulated_us, 4) for r in rows]
             # every comparable collective (kind and size; the median of its occurrences: DLRM's
             # all-to-all runs twice), and the trace's communication time as a whole
-            by_collective: dict[tuple[str, int], list[cal.CrossRow]] = {}
+            groups: dict[tuple[str, int], list[cal.CrossRow]] = {}
             for r in rows:
-                if r.comparable:
-                    by_collective.setdefault((r.kind, r.size_bytes), []).append(r)
+                groups.setdefault((r.kind, r.size_bytes), []).append(r)
+            by_collective = {k: comparable for k, occ in groups.items()
+                             if (comparable := [r for r in occ if r.comparable])}
             assert by_collective
             bound = AGREEMENT[(name, fab.name)]
             if bound is None:
@@ -89,9 +90,6 @@ def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tm
             # one occurrence stretched by a stall of the userspace datapath (tens of ms, PLATFORM.md;
             # a DLRM all-to-all is ~50 ms emulated: seen once at 0.80 us against 0.53-0.59) weighs
             # no more in the total than in the collective's own comparison
-            groups: dict[tuple[str, int], list[cal.CrossRow]] = {}
-            for r in rows:
-                groups.setdefault((r.kind, r.size_bytes), []).append(r)
             e = sum(statistics.median(r.emulated_us for r in occ) * len(occ) for occ in groups.values())
             s = sum(statistics.median(r.simulated_us for r in occ) * len(occ) for occ in groups.values())
             worst.append((abs(s - e) / e - bound, abs(s - e) / e, name, fab.name, "all", 0))
