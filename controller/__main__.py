@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gray-loss", type=float, default=0.05,
                     help="share of a burst's probes lost that counts against a link; two such bursts in a row "
                          "make it gray, and a reacting routing takes it out of service (default 0.05)")
+    ap.add_argument("--gray-busy-util", type=float, default=0.8,
+                    help="a link a port sample finds carrying this share of its capacity is busy: probes lost "
+                         "then are its queue's (congestion), and that burst is not judged (default 0.8)")
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             flow_window_s=args.flow_window_ms / 1000,
             port_window_s=args.port_window_ms / 1000,
             gray=GrayConfig(period_s=args.gray_period_ms / 1000, loss=args.gray_loss,
-                            settle_s=min(0.7, 0.7 * args.gray_period_ms / 1000)),
+                            settle_s=min(0.7, 0.7 * args.gray_period_ms / 1000), busy_util=args.gray_busy_util),
         )
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)

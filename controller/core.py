@@ -476,6 +476,10 @@ class ControllerCore:
                 rate = self.port_rates.update(peer, rx, duration_s)
                 if rate is not None:
                     rates[peer] = rate * 8
+        if self.gray.config.enabled:  # a full link's probe losses are its queue's: not judged (`controller.gray`)
+            busy = self.gray.config.busy_util
+            policy = self.policy
+            self.gray.note_busy(l for l, r in rates.items() if policy.has_link(l) and r >= busy * policy.capacity_bps(l))
         return rates
 
     def slot_of(self, switch: str, flow: FlowIntent) -> tuple[str, str, int] | None:

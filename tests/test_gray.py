@@ -112,6 +112,31 @@ def test_a_link_gray_again_soon_after_healing_must_stay_clean_twice_as_long():
     assert flat == [(True, 2), (False, 4), (True, 6), (False, 10)]
 
 
+def test_probes_lost_on_a_busy_link_are_its_queue_s_not_a_failure_and_end_a_lossy_run():
+    w = watch(loss=0.05, min_lost=2, bad_bursts=2, clean_bursts=2)
+    w.on_counts("s2", {7: 0}, 0.7)
+    total, t = 0, 1.0
+
+    def reading(arrived, busy):
+        nonlocal total, t
+        burst(w, t)
+        if busy:
+            w.note_busy([LINK, ("s9", 1)])  # a link nobody probes is ignored
+        total += arrived
+        out = [(v.gray, round(t)) for v in w.on_counts("s2", {7: total}, t + 0.7)]
+        t += 1.0
+        return out
+
+    # 5 of 20 lost in every reading; the link busy in every other one: never two judged lossy in a row
+    assert [reading(15, busy=k % 2 == 1) for k in range(6)] == [[]] * 6
+    assert not w.is_gray(LINK)
+    # the busy mark is for one reading: two lossy readings with no busy sample make it gray
+    assert reading(15, busy=False) == [] and reading(15, busy=False) == [(True, 8)]
+    # a gray link's clean readings while busy do not heal it; two judged clean ones do
+    assert reading(20, busy=True) == [] and reading(20, busy=True) == [] and reading(20, busy=False) == []
+    assert reading(20, busy=False) == [(False, 12)]
+
+
 def test_a_counter_that_starts_again_restarts_the_ledger_instead_of_reading_as_loss():
     w = watch()
     w.on_counts("s2", {7: 1000}, 0.7)
@@ -125,7 +150,7 @@ def test_a_counter_that_starts_again_restarts_the_ledger_instead_of_reading_as_l
 
 def test_bad_settings_are_named():
     for kw in ({"period_s": -1}, {"period_s": 1, "settle_s": 1.5}, {"probes": 0}, {"loss": 1.0},
-               {"clean_bursts": 100}):
+               {"clean_bursts": 100}, {"busy_util": 0}):
         with pytest.raises(FabriclabError):
             GrayConfig(**kw)
     assert not GrayConfig(period_s=0).enabled
@@ -209,6 +234,33 @@ def test_a_lossy_link_is_found_taken_out_of_service_and_brought_back_once_it_hea
     assert core.policy.is_up(("spineA0", 4))
     assert fake.trace("h0", 0, tcp(ip, 49152)) == ["leafA0", "spineA0", "leafA3", "h15"]
     assert core.policy.events()[-1].trigger == "spineA0:4 healed: 0 of 20 probes lost"
+
+
+def test_a_lossy_link_a_port_sample_finds_full_is_not_taken_out_until_its_load_drops():
+    fab, core, fake, sessions = setup_fabric("adaptive")
+    spine = fab.switch_by_name["spineA0"].dpid
+    (gbps,) = {l.rate_gbps for l in fab.links if {l.a.node, l.b.node} == {"spineA0", "leafA3"}}
+    fake.loss[("spineA0", 4)] = 0.3  # 6 of every 20 probes lost, in every reading
+    sent_bytes, t = 0.0, 0.0
+
+    def carry(share, until):
+        # spineA0 port 4 sends `share` of its rate, a port sample every 0.25 s (the switch's clock)
+        nonlocal sent_bytes, t
+        verdicts = []
+        while t < until - 1e-9:
+            core.on_port_counters(spine, {4: (int(sent_bytes), 0, t)})
+            verdicts += run_probing(core, fake, sessions, t, t + 0.25)
+            sent_bytes += share * gbps * 1e9 / 8 * 0.25
+            t = round(t + 0.25, 6)
+        return verdicts
+
+    assert carry(0.9, 6.0) == [] and core.policy.is_up(("spineA0", 4))  # full: its queue's losses
+    verdicts = carry(0.5, 9.0)  # half full: the losses are the link's
+    assert [(v.link, v.gray) for v in verdicts] == [(("spineA0", 4), True)]
+    # the reading at 6.7 still holds the sample taken at 6.0 (of 5.75-6.0, full): not judged; those
+    # at 7.7 and 8.7 are lossy
+    assert verdicts[0].time_s == pytest.approx(8.7, abs=0.02)
+    assert not core.policy.is_up(("spineA0", 4))
 
 
 def test_a_gray_link_whose_carrier_goes_and_comes_back_stays_out_until_it_heals():

@@ -160,8 +160,7 @@ def test_congestion_moves_one_of_two_heavy_flows_and_throughput_recovers(lab_fac
     print(f"window from {found[0]:.2f} s after the move: uplinks {found[1]}, delivered {found[2]:.1f} Mbit/s")
     # one move settled it: nothing moved back or on while the flows ran (once they end, the moved slot
     # is idle and may go home)
-    assert len(found[3]) == 1, ([{k: e[k] for k in ("time_s", "slot", "old_port", "new_port", "trigger")}
-                                 for e in found[3]], series)
+    assert len(found[3]) == 1, (found[3], lab.controller.get("/api/gray"), series)
 
 
 @pytest.mark.fabric("dual-plane-16", routing="adaptive")
