@@ -6,13 +6,16 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections import Counter
 
 import pytest
 
 from fabric import builders, topofile
-from fabric.errors import TopologyError
-from fabric.routing import PathTable, plan_entropy
-from fabric.routing.entropy import smallest_port_at_least
+from fabric.errors import RoutingError, TopologyError
+from fabric.flowsim.connections import plan_connections
+from fabric.routing import PathTable, load_policy, plan_entropy
+from fabric.routing.entropy import pair_sport, smallest_port_at_least
+from traffic.replay.simulate import ecmp_collisions
 
 FABRICS = {
     **{name: lambda name=name: topofile.load(name) for name in
@@ -59,3 +62,70 @@ def test_a_fan_out_too_wide_for_the_port_bits_is_refused():
     fab = builders.pyramid(hosts=64, hosts_per_tor=4, tors_per_pod=8, aggs_per_pod=16, cores=16)
     with pytest.raises(TopologyError, match="source-port bits"):
         plan_entropy(PathTable(fab))
+
+
+# ---- planned source ports (`pair_sport`) ----------------------------------------------------------
+def switch_hops(fab, policy, conns):
+    """(switch, next switch) -> connections crossing it, over each one's all-up path (the policy's)."""
+    count = Counter()
+    for c in conns:
+        for u, v in itertools.pairwise(policy.path(c.src, c.dst, c.sport)):
+            if u in fab.switch_by_name and v in fab.switch_by_name:
+                count[(u, v)] += 1
+    return count
+
+
+def all_to_all(fab, policy, channels=2):
+    pairs = [(a.name, b.name) for a in fab.hosts for b in fab.hosts if a != b]
+    return [c for cs in plan_connections(fab, policy.entropy, pairs, channels=channels).values() for c in cs]
+
+
+def test_planned_ports_spread_an_all_to_all_over_every_uplink_and_downlink():
+    # dual-plane-128: per plane 4 leaves of 32 hosts and 32 spines. Out of each leaf, per plane,
+    # 32 senders x 96 receivers on other leaves x 2 channels = 6144 connections; the same into each
+    # leaf. Spread over its 32 uplinks (downlinks): 192 on each.
+    fab = topofile.scaled("dual-plane-1024", 128)
+    policy = load_policy("ecmp")(PathTable(fab))
+    conns = all_to_all(fab, policy)
+    role = {s.name: s.role for s in fab.switches}
+    hops = switch_hops(fab, policy, conns)
+    up = [n for (u, v), n in hops.items() if role[u] == "leaf"]
+    down = [n for (u, v), n in hops.items() if role[u] == "spine"]
+    assert len(up) == len(down) == 2 * 4 * 32
+    assert set(up) == set(down) == {32 * 96 * 2 // 32}
+    assert ecmp_collisions(fab, policy, conns)["collisions"] == 0
+    # pyramid-16: 2 pods of 2 ToRs (4 hosts each) and 2 aggregation switches; 2 cores, each linked to
+    # both aggregation switches of each pod. Out of each ToR: 4 x 12 x 2 = 96 over 2 uplinks (48 each);
+    # out of each pod: 8 x 8 x 2 = 128 over its 2 aggregation switches' 2 core links each (32 each),
+    # and into each pod the same from the cores (32 on each core -> agg link)
+    fab = topofile.load("pyramid-16")
+    policy = load_policy("ecmp")(PathTable(fab))
+    role = {s.name: s.role for s in fab.switches}
+    by_tier = {}
+    for (u, v), n in switch_hops(fab, policy, all_to_all(fab, policy)).items():
+        by_tier.setdefault((role[u], role[v]), []).append(n)
+    assert {k: sorted(v) for k, v in by_tier.items() if k[0] != "agg" or k[1] != "tor"} == {
+        ("tor", "agg"): [48] * 8, ("agg", "core"): [32] * 8, ("core", "agg"): [32] * 8}
+
+
+def test_the_channels_of_a_pair_take_distinct_next_hops_and_ports_and_two_take_the_first_two():
+    for name in ("dual-plane-16", "leaf-spine-16", "pyramid-16"):
+        fab = topofile.load(name)
+        policy = load_policy("ecmp")(PathTable(fab))
+        hosts = fab.hosts
+        for a, b in itertools.permutations(range(len(hosts)), 2):
+            for channels in (1, 2, 4):
+                ports = [pair_sport(policy.entropy, a, b, c, channels) for c in range(channels)]
+                assert len(set(ports)) == channels and all(49152 <= p <= 65535 for p in ports)
+                src, dst = fab.nics_of[hosts[a].name][0], fab.nics_of[hosts[b].name][0]
+                if src.switch == dst.switch or channels > 2:
+                    continue
+                first = [policy.path(src, dst, p)[2] for p in ports]  # the switch after the edge switch
+                assert len(set(first)) == channels, (name, a, b, first)
+                if name == "dual-plane-16" and channels == 2:  # 2 spines: channel c by spine c, whatever the pair
+                    assert first == [f"spine{src.plane}0", f"spine{src.plane}1"]
+    entropy = plan_entropy(PathTable(topofile.load("leaf-spine-16")))
+    with pytest.raises(RoutingError, match="at most 16"):
+        pair_sport(entropy, 0, 1, 0, 17)
+    with pytest.raises(RoutingError, match="channel 2"):
+        pair_sport(entropy, 0, 1, 2, 2)

@@ -4,8 +4,9 @@ The same rule as the emulation replay (`traffic.replay.plan`), re-implemented he
 `fabric` may not import `traffic`: every host pair that exchanges data gets `channels` connections
 per plane both hosts are in (in the sender's NIC order); a transfer is split evenly over its pair's
 connections (`fabric.transfers.split_bytes`). Source ports:
-- `planned`: connection c gets `fabric.routing.entropy.channel_sport(c)` (the one rule both use),
-  so under default weights channel c takes the c-th equal-cost next hop at every deciding tier;
+- `planned`: connection c of hosts (a, b) gets `fabric.routing.entropy.pair_sport(a, b, c)` (the one
+  rule both use): under default weights the channels of a pair take distinct equal-cost next hops,
+  and the pairs of a host spread over all of them;
 - `hashed`: drawn as the replay draws them, from `random.Random(seed)` in Linux's ephemeral range
   32768..60999, pairs in order of (lane, sender index, receiver index), NICs in order, channels in
   order, drawing again if the (source address, source port, destination address, lane) is taken.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 from fabric.flowsim.maxmin import FlowSimError
 from fabric.model import Fabric, NicPort
-from fabric.routing.entropy import EntropyPlan, channel_sport
+from fabric.routing.entropy import EntropyPlan, pair_sport
 
 PORT_RULES = ("planned", "hashed")
 #: Linux's default ephemeral range (net.ipv4.ip_local_port_range), as the replay draws from it.
@@ -74,7 +75,7 @@ def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[Pair]
                 continue
             for ch in range(channels):
                 if ports == "planned":
-                    sport = channel_sport(entropy, ch)
+                    sport = pair_sport(entropy, index[a], index[b], ch, channels)
                 else:
                     while True:
                         sport = rng.randrange(*HASHED_PORTS)

@@ -17,7 +17,7 @@ Moving a slot to another port is how weights shift.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fabric.errors import RoutingError, TopologyError
 from fabric.model import ROLE_TIER
@@ -56,6 +56,12 @@ def smallest_port_at_least(base: int, value: int, mask: int) -> int | None:
 class EntropyPlan:
     #: tier -> (shift, bits) of that tier's slot field (shift counted above bit 0)
     fields: dict[int, tuple[int, int]]
+    #: tier -> the widest choice a decision point of that tier has (its equal-cost ports and
+    #: detours); a tier missing here counts as `slots(tier)` wide
+    fan_outs: dict[int, int] = field(default_factory=dict)
+
+    def fan_out(self, tier: int) -> int:
+        return self.fan_outs.get(tier) or self.slots(tier)
 
     def field(self, tier: int) -> tuple[int, int]:
         try:
@@ -89,11 +95,34 @@ class EntropyPlan:
         return port
 
 
-def channel_sport(entropy: EntropyPlan, channel: int) -> int:
-    """The source port that puts channel `channel` in slot `channel` (mod the slots) at every deciding
-    tier: under default weights, the channel-th equal-cost next hop at every hop. (The replay's
-    planned ports and the simulator's use this one rule.)"""
-    return entropy.src_port_for({tier: channel % entropy.slots(tier) for tier in entropy.fields})
+def pair_sport(entropy: EntropyPlan, src_index: int, dst_index: int, channel: int, channels: int) -> int:
+    """The planned source port of connection `channel` (of `channels`) from host `src_index` to host
+    `dst_index` (the replay's planned ports and the simulator's use this one rule).
+
+    With w = channels x (src_index + dst_index) + channel, the slot at the lowest deciding tier is
+    w mod its slots, at the next tier (w // f0) mod its slots, then (w // (f0 x f1)) mod ..., where
+    f is each tier's fan-out. Under default weights (slot s -> the (s mod f)-th next hop) that is
+    a mixed-radix count over the next hops, so:
+    - the channels of a pair take consecutive next hops at the first tier (distinct ones while
+      channels <= its fan-out; their source ports differ while channels <= its slots);
+    - a host sending to every other host (an all-to-all) spreads over all of its edge switch's
+      uplinks, and a host receiving from every other over all of the downlinks into its edge switch
+      (each counts on through the residues as the peer's index does);
+    - with a fan-out of 2 and 2 channels, channel c takes the c-th next hop, whatever the pair."""
+    if not 0 <= channel < channels:
+        raise RoutingError(f"channel {channel} is not one of 0..{channels - 1}")
+    if src_index < 0 or dst_index < 0:
+        raise RoutingError(f"host indices must be >= 0, got {src_index} and {dst_index}")
+    if not entropy.fields:  # no decisions anywhere: the channels only need ports of their own
+        return EPHEMERAL_BASE + 2 * channel
+    if channels > (most := entropy.slots(min(entropy.fields))):
+        raise RoutingError(f"{channels} channels per pair: at most {most} have source ports of their own")
+    w = channels * (src_index + dst_index) + channel
+    slots = {}
+    for tier in sorted(entropy.fields):
+        slots[tier] = w % entropy.slots(tier)
+        w //= entropy.fan_out(tier)
+    return entropy.src_port_for(slots)
 
 
 def plan_entropy(table: PathTable) -> EntropyPlan:
@@ -116,4 +145,4 @@ def plan_entropy(table: PathTable) -> EntropyPlan:
         raise TopologyError(
             f"fabric {fab.name!r}: ECMP fan-outs {widest} need {shift} source-port bits; at most {FIELD_TOP_BIT - 1}"
         )
-    return EntropyPlan(fields)
+    return EntropyPlan(fields, widest)

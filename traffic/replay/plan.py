@@ -16,8 +16,9 @@
   the datapath's tens-of-ms stalls and the emulated path latency, so collectives are bandwidth-bound.
 - **Connections**: every host pair that exchanges data gets `channels` TCP connections per plane they
   share. With `ports="planned"`, connection c's source port is chosen by the controller's entropy rule
-  to land in slot c at every deciding tier, so the channels of a pair take distinct equal-cost paths
-  and both planes carry load (what a fabric-aware collective library does). With `ports="hashed"`
+  (`fabric.routing.entropy.pair_sport`), so the channels of a pair take distinct equal-cost paths,
+  the pairs of a host (an all-to-all's) spread over all of them, and both planes carry load (what a
+  fabric-aware collective library does). With `ports="hashed"`
   they are drawn at random from the ephemeral range (seeded), as the OS would pick them: classic
   ECMP, where two flows may hash onto one link. A transfer is split evenly over its pair's
   connections (`parts`).
@@ -36,7 +37,7 @@ from typing import Any, Sequence
 from fabric.errors import FabriclabError
 from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
-from fabric.routing.entropy import channel_sport
+from fabric.routing.entropy import pair_sport
 from fabric.transfers import Placement, TransferColumns, TransferDag
 from traffic import collectives
 from traffic.workload import Collective, Workload
@@ -449,7 +450,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, p
                     continue
                 for ch in range(options.channels):
                     if options.ports == "planned":
-                        sport = channel_sport(entropy, ch)
+                        sport = pair_sport(entropy, index[a], index[b], ch, options.channels)
                     else:
                         while True:  # Linux's default ephemeral range; no two connections share a 4-tuple
                             sport = rng.randrange(32768, 61000)
