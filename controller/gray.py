@@ -26,8 +26,8 @@ A full link drops by design: its queue overflows (congestion), and the probes in
 the traffic, which they cannot tell from a failing optic. So a reading of a link that was **busy**
 (a port sample since the reading before found it carrying at least `busy_util` of its capacity:
 `note_busy`) is not judged: it ends a run of lossy readings and adds nothing to a run of clean ones.
-(Read as loss, a TCP flow filling a link got it taken out of service now and then, and its slots
-moved; measured: 2 of 19 probes lost in 2 of 180 readings of links a TCP flow filled.) A link
+(Read as loss, a TCP flow filling a link could get it taken out of service, and its slots moved;
+measured: 2 of 19 probes lost in 2 of 180 readings of links a TCP flow filled.) A link
 that loses packets below that load is found; one that is only ever full is not, until its load
 drops.
 

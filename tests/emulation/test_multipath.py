@@ -160,7 +160,11 @@ def test_congestion_moves_one_of_two_heavy_flows_and_throughput_recovers(lab_fac
     print(f"window from {found[0]:.2f} s after the move: uplinks {found[1]}, delivered {found[2]:.1f} Mbit/s")
     # one move settled it: nothing moved back or on while the flows ran (once they end, the moved slot
     # is idle and may go home)
-    assert len(found[3]) == 1, (found[3], lab.controller.get("/api/gray"), series)
+    if len(found[3]) != 1:  # say everything the controller logged, whole (an assertion's repr is cut short)
+        for what in ("events", "gray", "ports"):
+            print(f"/api/{what}:", json.dumps(lab.controller.get(f"/api/{what}")))
+        print("samples (s, uplink 1, uplink 2 Mbit/s):", series)
+    assert len(found[3]) == 1, [(e["switch"], e["slot"], e["old_port"], e["new_port"]) for e in found[3]]
 
 
 @pytest.mark.fabric("dual-plane-16", routing="adaptive")
