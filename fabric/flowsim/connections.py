@@ -4,8 +4,8 @@ The same rule as the emulation replay (`traffic.replay.plan`), re-implemented he
 `fabric` may not import `traffic`: every host pair that exchanges data gets `channels` connections
 per plane both hosts are in (in the sender's NIC order); a transfer is split evenly over its pair's
 connections (`fabric.transfers.split_bytes`). Source ports:
-- `planned`: connection c of hosts (a, b) gets `fabric.routing.entropy.pair_sport(a, b, c)` (the one
-  rule both use): under default weights the channels of a pair take distinct equal-cost next hops,
+- `planned`: connection c of hosts (a, b) gets `fabric.routing.entropy.pair_sport` (the one rule
+  both use): under default weights the channels of a pair take distinct equal-cost next hops,
   and the pairs of a host spread over all of them;
 - `hashed`: drawn as the replay draws them, from `random.Random(seed)` in Linux's ephemeral range
   32768..60999, pairs in order of (lane, sender index, receiver index), NICs in order, channels in

@@ -17,7 +17,7 @@ Moving a slot to another port is how weights shift.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fabric.errors import RoutingError, TopologyError
 from fabric.model import ROLE_TIER
@@ -56,12 +56,8 @@ def smallest_port_at_least(base: int, value: int, mask: int) -> int | None:
 class EntropyPlan:
     #: tier -> (shift, bits) of that tier's slot field (shift counted above bit 0)
     fields: dict[int, tuple[int, int]]
-    #: tier -> the widest choice a decision point of that tier has (its equal-cost ports and
-    #: detours); a tier missing here counts as `slots(tier)` wide
-    fan_outs: dict[int, int] = field(default_factory=dict)
-
-    def fan_out(self, tier: int) -> int:
-        return self.fan_outs.get(tier) or self.slots(tier)
+    #: tier -> the widest choice a decision point of that tier has (its equal-cost ports and detours)
+    fan_outs: dict[int, int]
 
     def field(self, tier: int) -> tuple[int, int]:
         try:
@@ -121,7 +117,7 @@ def pair_sport(entropy: EntropyPlan, src_index: int, dst_index: int, channel: in
     slots = {}
     for tier in sorted(entropy.fields):
         slots[tier] = w % entropy.slots(tier)
-        w //= entropy.fan_out(tier)
+        w //= entropy.fan_outs[tier]
     return entropy.src_port_for(slots)
 
 
