@@ -21,12 +21,18 @@ Each (topology, hosts) runs in a fresh process, so its peak memory is its own. T
   and their rates checked equal.
 `--lockstep off on` runs every configuration both ways: the exact DAG, and with the collective's steps
 in lockstep (`SimOptions.lockstep`, what `fabriclab compare` uses above 1024 GPUs), each row labelled.
+`--hugepages default off` runs every configuration with numpy's default (on Linux it advises the
+kernel to back arrays of 4 MB and more with huge pages) and with that advice off
+(`NUMPY_MADVISE_HUGEPAGE=0`, numpy's documented switch), each row labelled: where transparent huge
+pages are `madvise` with `defrag` `madvise` (this VM), the kernel compacts memory synchronously on
+the first touch of such an array, which on a fresh process can cost as much as the step itself.
 Targets (issue "The scale backend"): one step <= 1 s at 1024 GPUs and <= 30 s at 16,384 here.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -103,7 +109,9 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
             "simulated_s": float(res.job_time_s[0]), "ratio_samples": len(samples),
             "flows_per_sample": sum(s[0] for s in samples) / max(1, len(samples)),
             "vectorised_s": vec_s, "reference_s": ref_s, "speed_ratio": ref_s / vec_s if vec_s > 0 else None,
-            "max_rel_diff": worst}
+            "max_rel_diff": worst,
+            # what numpy did in this process (NUMPY_MADVISE_HUGEPAGE, read at its import)
+            "numpy_madvise_hugepage": bool(np._core.multiarray._get_madvise_hugepage())}
 
 
 def main() -> int:
@@ -118,6 +126,9 @@ def main() -> int:
                     help="above this many hosts --algorithm ring runs as hierarchical (default 4096)")
     ap.add_argument("--lockstep", nargs="+", choices=["off", "on"], default=["off"],
                     help="run each configuration exactly (off), in lockstep (on), or both (default off)")
+    ap.add_argument("--hugepages", nargs="+", choices=["default", "off"], default=["default", "off"],
+                    help="numpy's huge-page advice as it is (default) and off (NUMPY_MADVISE_HUGEPAGE=0); "
+                         "rows for each given (default: both)")
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="per configuration")
     ap.add_argument("--json", help="also write the rows here")
     ap.add_argument("--one", nargs=3, metavar=("TOPOLOGY", "HOSTS", "LOCKSTEP"), help=argparse.SUPPRESS)
@@ -128,24 +139,35 @@ def main() -> int:
                              args.flat_ring_max, args.one[2] == "on")))
         return 0
     rows = []
-    for topology, hosts, lock in ((t, h, m) for t in args.topology for h in args.hosts for m in args.lockstep):
+    for topology, hosts, lock, pages in ((t, h, m, p) for t in args.topology for h in args.hosts
+                                         for m in args.lockstep for p in args.hugepages):
+        env = dict(os.environ)
+        if pages == "off":
+            env["NUMPY_MADVISE_HUGEPAGE"] = "0"
+        else:
+            env.pop("NUMPY_MADVISE_HUGEPAGE", None)
         cmd = [sys.executable, __file__, "--one", topology, str(hosts), lock, "--algorithm", args.algorithm,
                "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples),
                "--flat-ring-max", str(args.flat_ring_max)]
         try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT,
+                                 env=env)
         except subprocess.TimeoutExpired:
-            print(f"{topology} at {hosts}: over {args.timeout_s:g} s, stopped", flush=True)
-            rows.append({"topology": topology, "hosts": hosts, "error": f"timeout {args.timeout_s:g} s"})
+            print(f"{topology} at {hosts} (lockstep {lock}, numpy hugepages {pages}): over {args.timeout_s:g} s, "
+                  "stopped", flush=True)
+            rows.append({"topology": topology, "hosts": hosts, "lockstep": lock == "on", "numpy_hugepages": pages,
+                         "error": f"timeout {args.timeout_s:g} s"})
             continue
         if out.returncode != 0:
             err = (out.stderr.strip().splitlines() or ["?"])[-1]
-            print(f"{topology} at {hosts}: failed: {err}", flush=True)
-            rows.append({"topology": topology, "hosts": hosts, "error": err})
+            print(f"{topology} at {hosts} (lockstep {lock}, numpy hugepages {pages}): failed: {err}", flush=True)
+            rows.append({"topology": topology, "hosts": hosts, "lockstep": lock == "on", "numpy_hugepages": pages,
+                         "error": err})
             continue
         r = json.loads(out.stdout)
+        r["numpy_hugepages"] = pages
         rows.append(r)
-        kind = r["algorithm"] + (" lockstep" if r["lockstep"] else "")
+        kind = r["algorithm"] + (" lockstep" if r["lockstep"] else "") + f", numpy hugepages {pages}"
         print(f"{r['fabric']:>18} {kind}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB); "
               f"DAG built in {r['dag_build_s']:.1f} s; one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, "
               f"{r['transfers']} transfers, {r['events']} events, "

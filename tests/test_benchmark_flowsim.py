@@ -15,10 +15,15 @@ def test_the_flowsim_benchmark_runs_a_flat_ring_and_its_hierarchical_form(tmp_pa
     out = tmp_path / "rows.json"
     res = subprocess.run([sys.executable, "benchmarks/flowsim.py", "--hosts", "32", "64", "--topology",
                           "topologies/dual-plane-1024.yaml", "--flat-ring-max", "32", "--size-mb", "1",
-                          "--ratio-samples", "1", "--lockstep", "off", "on", "--json", str(out)],
+                          "--ratio-samples", "1", "--lockstep", "off", "on", "--hugepages", "off",
+                          "--json", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    flat, flat_lock, hier, hier_lock = json.loads(out.read_text())
+    rows = json.loads(out.read_text())
+    flat, flat_lock, hier, hier_lock = rows
+    # numpy's huge-page advice off in every row's process, as asked, and the rows say so
+    assert [(r["numpy_hugepages"], r["numpy_madvise_hugepage"]) for r in rows] == [("off", False)] * 4
+    assert res.stdout.count("numpy hugepages off") == 4
     # in lockstep (planned ports: every step alike) the same transfers and simulated time
     for exact, lock in ((flat, flat_lock), (hier, hier_lock)):
         assert (exact["lockstep"], lock["lockstep"]) == (False, True)

@@ -776,3 +776,18 @@ def test_a_cut_through_pairwise_all_to_all_takes_as_long_as_sending_every_piece_
     assert ct.job_time_s[0] == pytest.approx(at_once.job_time_s[0], rel=1e-9)
     if topo == "pyramid-16":  # rounds that cross its oversubscribed tiers in turn
         assert saf.job_time_s[0] > 1.2 * ct.job_time_s[0]
+
+
+@pytest.mark.parametrize("numbers, dense", [
+    ([0, 0, 1, 1, 2], [0, 0, 1, 1, 2]),  # a ring's steps
+    ([5, 9, 5, 7, 9], [0, 2, 0, 1, 2]),  # gaps and any order: ranks of the numbers present
+    ([3, 10 ** 12, 3, 0], [1, 2, 1, 0]),  # numbers too sparse for a table: sorted instead
+])
+def test_lockstep_phases_are_numbered_densely_in_the_order_of_their_step_numbers(numbers, dense):
+    from fabric.flowsim.executor import _Template
+
+    n = len(numbers)
+    cols = TransferDag(tuple(Transfer(0, 1, 10, (), phase=p) for p in numbers), (0, 1)).columns
+    tpl = _Template(cols, np.zeros(n, dtype=np.intp), np.ones(n, dtype=np.intp), 2)
+    assert tpl.phase_of.tolist() == dense
+    assert tpl.phase_size.tolist() == [dense.count(k) for k in range(max(dense) + 1)]

@@ -257,8 +257,17 @@ class _Template:
     @functools.cached_property
     def phase_of(self) -> IntArray:
         """Each transfer's phase, numbered densely from 0 (SimOptions.lockstep)."""
-        _, inverse = np.unique(self.cols.phase, return_inverse=True)
-        return inverse.astype(np.intp).reshape(-1)
+        phase = self.cols.phase
+        if not phase.size:
+            return np.zeros(0, dtype=np.intp)
+        lo, hi = int(phase.min()), int(phase.max())
+        if hi - lo > 4 * phase.size:  # sparse numbers: sort them
+            _, inverse = np.unique(phase, return_inverse=True)
+            return inverse.astype(np.intp).reshape(-1)
+        # the usual numbering (0, 1, ... steps): a table from number to rank, no sort of every transfer
+        present = np.zeros(hi - lo + 1, dtype=np.intp)
+        present[phase - lo] = 1
+        return (np.cumsum(present) - 1)[phase - lo]
 
     @functools.cached_property
     def phase_size(self) -> IntArray:
@@ -277,8 +286,7 @@ class _Template:
         """No transfer depends on one of its own phase or a later one: under lockstep a phase's
         transfers then all begin together, when it opens (what a phase replay needs)."""
         ph = self.phase_of
-        src = np.repeat(np.arange(ph.size), np.diff(self.succ_ptr))
-        return bool((ph[self.succ] > ph[src]).all())
+        return bool((ph[self.succ] > np.repeat(ph, np.diff(self.succ_ptr))).all())
 
     @classmethod
     def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
@@ -520,9 +528,19 @@ class _Run:
             base, extra = np.divmod(self.t_size[g], w)
             part_bytes = (base[:, None] + (j < extra[:, None])).ravel()
             self._route(conn)
-            self.hops[g] = self.conn_hops[conn].reshape(-1, w).max(axis=1)
             keep = part_bytes > 0
-            self.parts_left[g] = keep.reshape(-1, w).sum(axis=1)
+            if w == 1:  # (numpy's reductions along a short axis cost ~0.1 ms a call: not for one column)
+                self.hops[g] = self.conn_hops[conn]
+                self.parts_left[g] = keep
+            else:
+                hops = self.conn_hops[conn].reshape(-1, w)
+                kept = keep.reshape(-1, w)
+                most, count = hops[:, 0].copy(), kept[:, 0].astype(np.int64)
+                for c in range(1, w):
+                    np.maximum(most, hops[:, c], out=most)
+                    count += kept[:, c]
+                self.hops[g] = most
+                self.parts_left[g] = count
         else:
             part_t = np.repeat(g, k)  # one row per (transfer, connection)
             jk = np.arange(part_t.size) - np.repeat(np.cumsum(k) - k, k)  # connection's rank in its pair
@@ -798,6 +816,9 @@ class _Run:
         local = mine - self.base[job]
         lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
         k = hi - lo
+        if k.size and k[0] == k[-1] and bool((k == k[0]).all()):  # as many edges each (a ring: one)
+            w = int(k[0])
+            return tpl, lo if w == 1 else (lo[:, None] + np.arange(w)).ravel()
         total = int(k.sum())
         if not total:
             return tpl, np.zeros(0, dtype=np.intp)
@@ -854,7 +875,11 @@ class _Run:
         completes its open phase, open the next (and any already complete) and return the held
         transfers that may begin now."""
         left = self.phase_left[job]
-        np.subtract.at(left, tpl.phase_of[local], 1)
+        phase = tpl.phase_of[local]
+        if phase.size and phase[0] == phase[-1] and bool((phase == phase[0]).all()):  # the usual batch: one phase
+            left[phase[0]] -= phase.size
+        else:
+            np.subtract.at(left, phase, 1)
         p = self.open_phase[job]
         if left[p]:
             return None
@@ -923,10 +948,11 @@ class _Run:
         self.deps_left[part] = tpl.dep_count
         self.start_s[part] = np.nan
         self.end_s[part] = np.nan
-        self.parts_left[part] = 0
-        self.hops[part] = 0
-        self.wait_left[part] = tpl.dep_count
-        self.sent_s[part] = np.nan
+        # (`parts_left` and `hops` are written when a transfer starts its flows, before any read; not
+        # touching them here keeps a large DAG's pages untouched until used)
+        if self.opts.cut_through:
+            self.wait_left[part] = tpl.dep_count
+            self.sent_s[part] = np.nan
         roots = tpl.roots + base
         if self.opts.lockstep:
             self.open_phase[j] = 0
