@@ -1,27 +1,33 @@
 """Gray-failure probes on a full link (needs root and OVS): lossy readings from congestion alone.
 
-    sudo .venv/bin/python benchmarks/gray_busy.py [--seconds 60] [--busy-util 0.8 1000]
+    sudo .venv/bin/python benchmarks/gray_busy.py [--seconds 60] [--busy-util 0.8 1000] [--busy-core]
 
 Fabric: the congestion benchmark's (dual-plane, 8 hosts, 2 per leaf, 2 spines per plane, leaf
 uplinks 10 Mbit/s emulated, host NICs 20 Mbit/s), under `ecmp`, which reports gray links and does
 not move anything. Two TCP flows leafA0 -> leafA3 with source ports in slots 0 and 2 share uplink 1
 (spineA0) and keep it full for `--seconds`: its queue overflows, by design, and the gray prober's
 frames in it are lost with the traffic. Once per probing period (`GrayConfig.period_s`, 1 s; the
-controller reads the switches' probe counters `settle_s` = 0.7 s into each period, on the system's
-monotonic clock, which this script shares) `/api/links` gives every link's last reading: probes
+controller reads the switches' probe counters `settle_s` (0.95 s) into each period, on the system's
+monotonic clock, which this script shares; polled half a period into the next) `/api/links` gives every link's last reading: probes
 lost of sent. Printed per `--busy-util` (the controller's `--gray-busy-util`; above 1 no reading is
 ever exempt, the behaviour before it existed):
 - readings of the full uplink, of them lossy (>= `min_lost` and >= `loss` of the probes lost, the
   `GrayConfig` defaults) and the most probes one lost;
 - the same for every other link (the idle ones: the background);
-- the gray verdicts `/api/gray` logged (a link turned gray) and the uplink's utilisation seen.
+- the gray verdicts `/api/gray` logged (a link turned gray: when, and probes lost of sent) and the
+  uplink's lowest utilisation seen at a reading.
+`--busy-core` keeps one core busy meanwhile (`nice -n 5 python3 -c 'while True: pass'`, as the CI
+campaign's busy runs; ended by its PID).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 from controller.gray import GrayConfig
 from fabric.builders import dual_plane
@@ -34,6 +40,19 @@ FULL = ("leafA0", 1)  # uplink 1: the two flows' slots 0 and 2 both hash onto it
 
 def lossy(lost: int, sent: int, cfg: GrayConfig) -> bool:
     return sent > 0 and lost >= cfg.min_lost and lost >= cfg.loss * sent
+
+
+@contextlib.contextmanager
+def busy_core(on: bool) -> Iterator[None]:
+    if not on:
+        yield
+        return
+    hog = subprocess.Popen(["nice", "-n", "5", sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        hog.kill()
+        hog.wait()
 
 
 def trial(busy_util: float, seconds: float) -> dict[str, float]:
@@ -51,9 +70,9 @@ def trial(busy_util: float, seconds: float) -> dict[str, float]:
         time.sleep(2.0)  # past TCP's slow start: the uplink full
         end = time.monotonic() + seconds
         while True:
-            # 0.9 s into the next period: its reading (at 0.7 s) is in
+            # half a period into the next period: the reading of the one before (at settle_s) is in
             now = time.monotonic()
-            wake = math.floor(now / cfg.period_s) * cfg.period_s + 0.9 * cfg.period_s
+            wake = math.floor(now / cfg.period_s) * cfg.period_s + 0.5 * cfg.period_s
             if wake <= now:
                 wake += cfg.period_s
             if wake > end:
@@ -70,11 +89,13 @@ def trial(busy_util: float, seconds: float) -> dict[str, float]:
                 if row is full:
                     full["util_min"] = min(full["util_min"], link["utilisation"])
         verdicts = [g for g in ctl.get("/api/gray") if g["gray"]]
+        t0 = end - seconds
         a.result(), b.result()
     return {"full_readings": full["readings"], "full_lossy": full["lossy"], "full_max_lost": full["max_lost"],
             "full_util_min": full["util_min"], "other_readings": rest["readings"], "other_lossy": rest["lossy"],
             "other_max_lost": rest["max_lost"], "gray_verdicts": len(verdicts),
-            "gray_links": ", ".join(sorted({f"{g['switch']}:{g['port']}" for g in verdicts}))}
+            "gray_links": ", ".join(f"{g['switch']}:{g['port']} at {g['time_s'] - t0:.1f} s ({g['probes_lost']} of "
+                                    f"{g['probes_sent']})" for g in verdicts)}
 
 
 def main() -> int:
@@ -82,10 +103,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60.0, help="how long the uplink is kept full per run")
     ap.add_argument("--busy-util", type=float, nargs="+", default=[0.8, 1000.0],
                     help="the controller's --gray-busy-util per run (default: 0.8, and 1000: never exempt)")
+    ap.add_argument("--busy-core", action="store_true", help="keep one core busy meanwhile")
     args = ap.parse_args()
     for busy in args.busy_util:
-        r = trial(busy, args.seconds)
-        print(f"--gray-busy-util {busy:g}, {args.seconds:g} s: full uplink {FULL[0]}:{FULL[1]} "
+        with busy_core(args.busy_core):
+            r = trial(busy, args.seconds)
+        print(f"--gray-busy-util {busy:g}, {args.seconds:g} s{', a core busy' if args.busy_core else ''}: full uplink {FULL[0]}:{FULL[1]} "
               f"(utilisation >= {r['full_util_min']:.2f} at every reading): {r['full_lossy']} lossy of "
               f"{r['full_readings']} readings, at most {r['full_max_lost']} of {GrayConfig().probes} probes lost; "
               f"other links: {r['other_lossy']} lossy of {r['other_readings']}, at most {r['other_max_lost']} lost; "

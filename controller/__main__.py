@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             flow_window_s=args.flow_window_ms / 1000,
             port_window_s=args.port_window_ms / 1000,
             gray=GrayConfig(period_s=args.gray_period_ms / 1000, loss=args.gray_loss,
-                            settle_s=min(0.7, 0.7 * args.gray_period_ms / 1000), busy_util=args.gray_busy_util),
+                            settle_s=min(0.95, 0.95 * args.gray_period_ms / 1000),
+                            burst_s=min(0.2, 0.2 * args.gray_period_ms / 1000), busy_util=args.gray_busy_util),
         )
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)

@@ -6,12 +6,15 @@ use it, and the loss shows nowhere the controller looks. So the controller measu
 
 - every `period_s` each switch sends `probes` probe frames (`PROBE_ETH_TYPE`) out of each of its
   live switch-to-switch ports: one OpenFlow packet-out per poll (every 10 ms), one frame per port,
-  in the first half of `settle_s` (the copies of one packet-out would leave in one batch, one
+  in the period's first `burst_s` (the copies of one packet-out would leave in one batch, one
   `sendmmsg`, which stops at a frame that fails: their losses would not be independent);
 - every switch counts the probes that arrive, one table-0 flow per in-port (`controller.core`);
-- `settle_s` after the burst the controller reads those counters (OVS refreshes flow counters in
-  the userspace datapath only every few hundred ms) and sets the probes that arrived against the
-  probes sent.
+- `settle_s` into the period the controller reads those counters and sets the probes that arrived
+  against the probes sent when it asked. OVS refreshes flow counters in the userspace datapath only
+  every ~0.5 s (`benchmarks/ovs_counters.py`), so the reading comes 0.75 s after the burst ends:
+  read 0.35 s after it (as first built), the last probes of a burst were often not counted yet,
+  and with a core busy the number missing grew from one reading to the next often enough that
+  healthy links turned gray, eight at once (`benchmarks/gray_busy.py --busy-core`).
 
 Counts are cumulative, so a probe counted late (a stalled datapath) is credited at the next reading:
 a burst's loss is the growth of the link's deficit (sent minus arrived) since the reading before. A
@@ -27,7 +30,7 @@ the traffic, which they cannot tell from a failing optic. So a reading of a link
 (a port sample since the reading before found it carrying at least `busy_util` of its capacity:
 `note_busy`) is not judged: it ends a run of lossy readings and adds nothing to a run of clean ones.
 (Read as loss, a TCP flow filling a link could get it taken out of service, and its slots moved;
-measured: 2 of 19 probes lost in 2 of 180 readings of links a TCP flow filled.) A link
+`benchmarks/gray_busy.py` counts the lossy readings of a link two TCP flows keep full.) A link
 that loses packets below that load is found; one that is only ever full is not, until its load
 drops.
 
@@ -53,7 +56,8 @@ PROBE_MAC = "0e:fa:b1:ab:00:01"
 class GrayConfig:
     period_s: float = 1.0  # a burst of probes every this long; 0 disables probing
     probes: int = 20  # probes per link per burst
-    settle_s: float = 0.7  # read the counters this long after a burst
+    settle_s: float = 0.95  # read the counters this long into each period ...
+    burst_s: float = 0.2  # ... the burst sent in its first this long (counters refresh every ~0.5 s)
     loss: float = 0.05  # a reading is lossy when this share of the probes sent since the last one ...
     min_lost: int = 2  # ... and at least this many are missing
     bad_bursts: int = 2  # lossy readings in a row that make a link gray
@@ -65,8 +69,9 @@ class GrayConfig:
     def __post_init__(self) -> None:
         if self.period_s < 0:
             raise FabriclabError(f"gray probing period must be >= 0 s, got {self.period_s}")
-        if self.period_s and not 0 < self.settle_s < self.period_s:
-            raise FabriclabError(f"gray probing needs 0 < settle_s < period_s, got {self.settle_s} and {self.period_s}")
+        if self.period_s and not 0 < self.burst_s < self.settle_s < self.period_s:
+            raise FabriclabError("gray probing needs 0 < burst_s < settle_s < period_s, got "
+                                 f"{self.burst_s}, {self.settle_s} and {self.period_s}")
         if not 1 <= self.probes <= 200:
             raise FabriclabError(f"probes per burst must be in 1..200, got {self.probes}")
         if not 0 < self.loss < 1:
@@ -130,6 +135,8 @@ class GrayWatch:
         self._down: set[DirectedLink] = set()
         self._rounds: dict[str, tuple[int, int]] = {}  # switch -> (epoch, probe rounds sent in it)
         self._read_epoch: dict[str, int] = {}  # switch -> the last epoch its counters were asked for
+        # switch -> the probes sent on each link arriving there when its counters were asked for
+        self._sent_at_read: dict[str, dict[DirectedLink, int]] = {}
 
     # ---- the schedule ----------------------------------------------------------------------------
     def _epoch(self, now: float) -> int:
@@ -137,15 +144,15 @@ class GrayWatch:
 
     def burst_due(self, switch: str, now: float) -> tuple[int, ...]:
         """The ports `switch` should send a probe out of now, one each (its ports that are up), or ()
-        when none is due: `probes` rounds per period, in the first half of `settle_s`. Call `sent`
-        with what was sent."""
+        when none is due: `probes` rounds per period, in its first `burst_s`. Call `sent` with what
+        was sent."""
         if not self.config.enabled or switch not in self._ports:
             return ()
         epoch = self._epoch(now)
         done_epoch, rounds = self._rounds.get(switch, (epoch, 0))
         if done_epoch != epoch:
             rounds = 0
-        if rounds >= self.config.probes or now - epoch * self.config.period_s > self.config.settle_s / 2:
+        if rounds >= self.config.probes or now - epoch * self.config.period_s > self.config.burst_s:
             return ()
         self._rounds[switch] = (epoch, rounds + 1)
         return tuple(p for p in self._ports[switch] if (switch, p) not in self._down)
@@ -155,13 +162,18 @@ class GrayWatch:
             self._ledger[(switch, p)].sent += copies
 
     def read_due(self, switch: str, now: float) -> bool:
-        """Whether to ask `switch` for its probe counters now (`settle_s` into each period, once)."""
+        """Whether to ask `switch` for its probe counters now (`settle_s` into each period, once).
+        When it is, the probes sent so far on the links arriving there are the ones the answer is
+        judged against (`on_counts`): probes of the next burst, sent while the answer is on its way,
+        cannot have been counted in it."""
         if not self.config.enabled or switch not in self._receivers:
             return False
         epoch = self._epoch(now)
         if now - epoch * self.config.period_s < self.config.settle_s - 1e-9 or self._read_epoch.get(switch) == epoch:
             return False
         self._read_epoch[switch] = epoch
+        self._sent_at_read[switch] = {link: self._ledger[link].sent for far, link in self._arriving.items()
+                                      if far[0] == switch}
         return True
 
     def port_state(self, link: DirectedLink, up: bool) -> None:
@@ -183,22 +195,24 @@ class GrayWatch:
         that turned gray or healed."""
         cfg = self.config
         out: list[GrayChange] = []
+        asked = self._sent_at_read.pop(switch, {})
         for in_port, total in sorted(counts.items()):
             link = self._arriving.get((switch, in_port))
             if link is None:
                 continue
             led = self._ledger[link]
+            sent = asked.get(link, led.sent)  # (what was sent when the counters were asked for)
             if led.rx_base is None or total < led.rx_last:
                 # first reading, or the counting flow was re-installed: start the ledger here
-                led.rx_base, led.rx_last, led.eval_sent, led.eval_deficit = total, total, led.sent, 0
+                led.rx_base, led.rx_last, led.eval_sent, led.eval_deficit = total, total, sent, 0
                 continue
             led.rx_last = total
-            new_sent = led.sent - led.eval_sent
+            new_sent = sent - led.eval_sent
             if new_sent <= 0:
                 continue
-            deficit = led.sent - (total - led.rx_base)
+            deficit = sent - (total - led.rx_base)
             lost = deficit - led.eval_deficit
-            led.eval_sent, led.eval_deficit = led.sent, deficit
+            led.eval_sent, led.eval_deficit = sent, deficit
             led.last = (max(lost, 0), new_sent)
             bad = lost >= cfg.min_lost and lost >= cfg.loss * new_sent
             if led.busy:

@@ -196,6 +196,8 @@ PHASE_REPLAY = True
 #: a phase's sizes are looked up by size >> this (a ring's chunks differ by a byte from step to step);
 #: a match must then be within the resolution (`_Run._phase_replay`)
 PHASE_SIZE_SHIFT = 6
+#: `deps_left` of a transfer a chain of replayed phases began: it never reaches 0 again
+CHAINED = 1 << 60
 
 
 @dataclass
@@ -273,6 +275,16 @@ class _Template:
     def phase_size(self) -> IntArray:
         """Each phase's transfer count."""
         return np.bincount(self.phase_of).astype(np.int64)
+
+    @functools.cached_property
+    def phase_members(self) -> tuple[IntArray, IntArray]:
+        """(order, ptr): phase q's transfers are order[ptr[q]:ptr[q + 1]], ascending (lockstep)."""
+        ph = self.phase_of
+        if ph.size < 2 or bool((ph[1:] >= ph[:-1]).all()):  # (a schedule's steps come in order)
+            order = np.arange(ph.size, dtype=np.intp)
+        else:
+            order = np.argsort(ph, kind="stable").astype(np.intp)
+        return order, np.concatenate(([0], np.cumsum(self.phase_size))).astype(np.intp)
 
     @functools.cached_property
     def succ_same_sender(self) -> npt.NDArray[np.bool_]:
@@ -353,7 +365,7 @@ class _Run:
         self.watch: _PhaseWatch | None = None
         self.phase_memo: dict[tuple[int, bytes, bytes], _PhaseRun] = {}
         self.phase_memo_transfers = 0
-        self.replays: dict[int, tuple[IntArray, float, _PhaseRun]] = {}
+        self.replays: dict[int, tuple[list[tuple[IntArray, float]], _PhaseRun]] = {}
         self.phases_replayed = 0
         self.phase_left: dict[int, IntArray] = {}
         self.held: dict[int, dict[int, list[IntArray]]] = {}
@@ -739,35 +751,69 @@ class _Run:
         pair = self.t_pair[g]
         if g.size != tpl.phase_size[p] or not bool((phase == p).all()) or bool((pair < 0).any()):
             return False
+        g, key = self._phase_key(g)
+        run = self.phase_memo.get(key)
+        if run is None or not bool((np.abs(self.t_size[g] - run.size) <= run.slack_bytes).all()):
+            self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events)
+            return False
+        end_s = self.now + run.duration_s
+        next_event_s = self.heap[0][0] if self.heap else math.inf
+        if next_event_s <= end_s:  # something else happens meanwhile: simulate it
+            return False
+        self.start_s[g] = self.now
+        chain = [(g, self.now)]
+        # The phases after it that are alike too run one after another, each beginning when the one
+        # before delivers its last transfer: with the phases closed, all of a phase's dependencies are
+        # in earlier phases, so under lockstep the whole phase begins then. They are replayed in the
+        # same timed event, up to the first that differs or would end after the next other event.
+        order, ptr = tpl.phase_members
+        base = self.base[job]
+        held = self.held[job]
+        q = p + 1
+        while q + 1 < ptr.size and end_s + run.duration_s < next_event_s and ptr[q + 1] - ptr[q] == g.size:
+            h, key_q = self._phase_key(order[ptr[q]:ptr[q + 1]] + base)
+            if key_q != key or bool((self.t_pair[h] < 0).any()) \
+                    or not bool((np.abs(self.t_size[h] - run.size) <= run.slack_bytes).all()):
+                break
+            held.pop(q, None)  # (what waited for this phase begins with it, here)
+            self.start_s[h] = end_s
+            # never ready again: begun here (their dependencies are delivered with the chain's)
+            self.deps_left[h] = CHAINED
+            chain.append((h, end_s))
+            end_s = end_s + run.duration_s
+            q += 1
+        self.replays[self.seq] = (chain, run)
+        self._push(end_s, 4, self.seq)
+        return True
+
+    def _phase_key(self, g: IntArray) -> tuple[IntArray, tuple[int, bytes, bytes]]:
+        """Transfers `g` (one phase) in key order, and the key of a phase replay: the routing version,
+        the host pairs and the sizes (to within 2**PHASE_SIZE_SHIFT bytes)."""
+        pair = self.t_pair[g]
         size = self.t_size[g]
         if not bool((pair[1:] > pair[:-1]).all()):  # (a ring's step has its pairs in order already)
             order = np.lexsort((size, pair))
             g, pair, size = g[order], pair[order], size[order]
-        key = (self.route_version, pair.tobytes(), (size >> PHASE_SIZE_SHIFT).tobytes())
-        run = self.phase_memo.get(key)
-        if run is None or not bool((np.abs(size - run.size) <= run.slack_bytes).all()):
-            self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events)
-            return False
-        end_s = self.now + run.duration_s
-        if self.heap and self.heap[0][0] <= end_s:  # something else happens meanwhile: simulate it
-            return False
-        self.start_s[g] = self.now
-        self.replays[self.seq] = (g, self.now, run)
-        self._push(end_s, 4, self.seq)
-        return True
+        return g, (self.route_version, pair.tobytes(), (size >> PHASE_SIZE_SHIFT).tobytes())
 
     def _phase_replayed(self, payload: int) -> None:
-        """A replayed phase ends now: its load intervals logged, its transfers delivered at their times."""
-        g, start_s, run = self.replays.pop(payload)
+        """Replayed phases end now: their load intervals logged, their transfers delivered at their times."""
+        chain, run = self.replays.pop(payload)
         end_s = self.now
-        for t0, t1, used, rate in run.loads:
-            self.now = start_s + t0
-            self.load = (used, rate)
-            self._record(start_s + t1)
+        for _, start_s in chain:
+            for t0, t1, used, rate in run.loads:
+                self.now = start_s + t0
+                self.load = (used, rate)
+                self._record(start_s + t1)
         self.now = end_s
         self.load = (np.zeros(0, dtype=np.intp), np.zeros(0))
-        self.phases_replayed += 1
-        self._begin(self._deliver(g, start_s + run.end_off_s))
+        self.phases_replayed += len(chain)
+        if len(chain) == 1:
+            g, start_s = chain[0]
+            self._begin(self._deliver(g, start_s + run.end_off_s))
+            return
+        g = np.concatenate([g for g, _ in chain])
+        self._begin(self._deliver(g, np.concatenate([start_s + run.end_off_s for _, start_s in chain])))
 
     def _watched_phase_done(self) -> None:
         """The watched phase has delivered its last transfer: remember what it did."""
