@@ -9,7 +9,9 @@ Each (topology, hosts) runs in a fresh process, so its peak memory is its own. T
   routing policy (ecmp; planned source ports), with the process's peak resident memory after it;
 - one step: an all-reduce of `--size-mb` MB over every GPU (one per host; `--algorithm`, as the
   replay's collectives schedule it, built as arrays by `traffic.collectives.schedule_columns` and
-  timed apart), run by `fabric.flowsim.simulate`: wall time, peak memory, the number of transfers
+  timed apart), run by `fabric.flowsim.simulate` as `fabriclab sim` and `compare` run it (the
+  collectives' times kept, not every transfer's: `SimOptions.transfer_times=False`): wall time,
+  peak memory, the number of transfers
   and of max-min rate computations, the events, and the simulated time. Above `--flat-ring-max`
   hosts a flat ring is not run (16,384 ranks: 5.4e8 transfers, 2(n-1) = 32,766 steps of 6 kB for
   100 MB, latency-bound, which NCCL does not run either): the ring's hierarchical form is, rings
@@ -85,7 +87,8 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     executor.max_min_rates = recording
     try:
         t1 = time.perf_counter()
-        res = simulate(fab, policy, [Job(dag, placement)], options=SimOptions(ports="planned", lockstep=lockstep))
+        res = simulate(fab, policy, [Job(dag, placement)],
+                       options=SimOptions(ports="planned", lockstep=lockstep, transfer_times=False))
         step_s = time.perf_counter() - t1
     finally:
         executor.max_min_rates = real

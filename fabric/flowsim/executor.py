@@ -267,9 +267,12 @@ class _Template:
             _, inverse = np.unique(phase, return_inverse=True)
             return inverse.astype(np.intp).reshape(-1)
         # the usual numbering (0, 1, ... steps): a table from number to rank, no sort of every transfer
+        shifted = (phase - lo).astype(np.intp, copy=False)
         present = np.zeros(hi - lo + 1, dtype=np.intp)
-        present[phase - lo] = 1
-        return (np.cumsum(present) - 1)[phase - lo]
+        present[shifted] = 1
+        if bool(present.all()):  # every number from lo to hi used: already dense
+            return shifted
+        return (np.cumsum(present) - 1)[shifted]
 
     @functools.cached_property
     def phase_size(self) -> IntArray:
@@ -287,18 +290,27 @@ class _Template:
         return order, np.concatenate(([0], np.cumsum(self.phase_size))).astype(np.intp)
 
     @functools.cached_property
+    def succ_count(self) -> IntArray:
+        """Each transfer's successor count."""
+        return np.diff(self.succ_ptr)
+
+    @functools.cached_property
+    def edge_src(self) -> IntArray:
+        """Per successor edge (aligned with `succ`): the transfer it leaves."""
+        return np.repeat(np.arange(self.size.size, dtype=np.intp), self.succ_count)
+
+    @functools.cached_property
     def succ_same_sender(self) -> npt.NDArray[np.bool_]:
         """Per successor edge (aligned with `succ`): the successor has the same sending host as the
         transfer it depends on (an earlier send of that host, not data it received; cut-through)."""
-        first = np.repeat(np.arange(self.size.size), np.diff(self.succ_ptr))
-        return np.asarray(self.src_host[self.succ] == self.src_host[first])
+        return np.asarray(self.src_host[self.succ] == self.src_host[self.edge_src])
 
     @functools.cached_property
     def phases_closed(self) -> bool:
         """No transfer depends on one of its own phase or a later one: under lockstep a phase's
         transfers then all begin together, when it opens (what a phase replay needs)."""
         ph = self.phase_of
-        return bool((ph[self.succ] > np.repeat(ph, np.diff(self.succ_ptr))).all())
+        return bool((ph[self.succ] > np.repeat(ph, self.succ_count)).all())
 
     @classmethod
     def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
@@ -326,6 +338,8 @@ class _Run:
     def __init__(self, fabric: Fabric, policy: RoutingPolicy, jobs: list[Job], opts: SimOptions,
                  events: list[LinkEvent]) -> None:
         self.fabric, self.policy, self.jobs, self.opts = fabric, policy, jobs, opts
+        # a transfer's hops (`hops`) are kept only where they cost time (a per-hop delay)
+        self.per_hop = opts.per_hop_s > 0
         self.links, self.capacity_bps = directed_links(fabric)
         self.goodput_bps = self.capacity_bps * opts.goodput_share  # what the transfers' bytes may use
         self.link_id = {l: i for i, l in enumerate(self.links)}
@@ -542,7 +556,8 @@ class _Run:
             self._route(conn)
             keep = part_bytes > 0
             if w == 1:  # (numpy's reductions along a short axis cost ~0.1 ms a call: not for one column)
-                self.hops[g] = self.conn_hops[conn]
+                if self.per_hop:
+                    self.hops[g] = self.conn_hops[conn]
                 self.parts_left[g] = keep
             else:
                 hops = self.conn_hops[conn].reshape(-1, w)
@@ -551,7 +566,8 @@ class _Run:
                 for c in range(1, w):
                     np.maximum(most, hops[:, c], out=most)
                     count += kept[:, c]
-                self.hops[g] = most
+                if self.per_hop:
+                    self.hops[g] = most
                 self.parts_left[g] = count
         else:
             part_t = np.repeat(g, k)  # one row per (transfer, connection)
@@ -560,7 +576,8 @@ class _Run:
             base, extra = np.divmod(self.t_size[g], k)
             part_bytes = np.repeat(base, k) + (jk < np.repeat(extra, k))
             self._route(conn)
-            self.hops[g] = np.maximum.reduceat(self.conn_hops[conn], np.cumsum(k) - k)
+            if self.per_hop:
+                self.hops[g] = np.maximum.reduceat(self.conn_hops[conn], np.cumsum(k) - k)
             keep = part_bytes > 0
             self.parts_left[g] = np.add.reduceat(keep.astype(np.int64), np.cumsum(k) - k)
         if keep.any():
@@ -685,6 +702,8 @@ class _Run:
     def _delay_ct(self, g: IntArray) -> FloatArray:
         """Cut-through: the delay between a transfer's last byte sent and its delivery: the path's
         latency (the per-transfer delay was spent holding the pair before the first byte)."""
+        if not self.per_hop:
+            return np.zeros(g.size)
         return np.asarray(self.opts.per_hop_s * self.hops[g], dtype=np.float64)
 
     def _deliver_due(self, g: IntArray) -> None:
@@ -847,6 +866,10 @@ class _Run:
     def _drained_now(self, g: IntArray) -> IntArray:
         """Store and forward: of transfers `g`, which sent their last byte now, those delivered now
         (no overheads); the others are delivered after them (`_after`)."""
+        if not self.per_hop:
+            if self.opts.per_transfer_s <= 0:  # no overheads: all of them now
+                return g
+            return self._after(g, np.full(g.size, self.opts.per_transfer_s))
         return self._after(g, self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g])
 
     def _by_job(self, g: IntArray) -> list[tuple[int, IntArray]]:
@@ -860,6 +883,14 @@ class _Run:
         """`job`'s template and the indexes (into its `succ`) of the edges leaving transfers `mine`."""
         tpl = self.templates[self.job_tpl[job]]
         local = mine - self.base[job]
+        if local.size > 1024:
+            first, last = int(local.min()), int(local.max())
+            if last - first + 1 == local.size:  # a range of transfers (distinct): its edges are a range
+                return tpl, np.arange(tpl.succ_ptr[first], tpl.succ_ptr[last + 1], dtype=np.intp)
+            if 16 * local.size >= tpl.size.size:  # a large share of the DAG (chained phases): one pass
+                mine_mask = np.zeros(tpl.size.size, dtype=np.bool_)
+                mine_mask[local] = True
+                return tpl, np.flatnonzero(np.repeat(mine_mask, tpl.succ_count))
         lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
         k = hi - lo
         if k.size and k[0] == k[-1] and bool((k == k[0]).all()):  # as many edges each (a ring: one)
