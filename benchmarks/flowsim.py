@@ -174,10 +174,12 @@ def main() -> int:
         print(f"{r['fabric']:>18} {kind}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB); "
               f"DAG built in {r['dag_build_s']:.1f} s; one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, "
               f"{r['transfers']} transfers, {r['events']} events, "
-              f"{r['rate_updates']} rate computations, simulated {r['simulated_s'] * 1e3:.2f} ms; rate "
-              f"computation on {r['ratio_samples']} samples of {r['flows_per_sample']:.0f} flows: vectorised "
-              f"{r['vectorised_s'] * 1e3:.1f} ms, pure-Python reference {r['reference_s'] * 1e3:.1f} ms "
-              f"({r['speed_ratio']:.1f}x; largest relative difference {r['max_rel_diff']:.1e})", flush=True)
+              f"{r['rate_updates']} rate computations, simulated {r['simulated_s'] * 1e3:.2f} ms" + (
+                  f"; rate computation on {r['ratio_samples']} samples of {r['flows_per_sample']:.0f} flows: "
+                  f"vectorised {r['vectorised_s'] * 1e3:.1f} ms, pure-Python reference "
+                  f"{r['reference_s'] * 1e3:.1f} ms ({r['speed_ratio']:.1f}x; largest relative difference "
+                  f"{r['max_rel_diff']:.1e})" if r["speed_ratio"] is not None else "; no speed ratio (0 samples)"),
+              flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 0
