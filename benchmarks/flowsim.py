@@ -152,20 +152,19 @@ def main() -> int:
         cmd = [sys.executable, __file__, "--one", topology, str(hosts), lock, "--algorithm", args.algorithm,
                "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples),
                "--flat-ring-max", str(args.flat_ring_max)]
+        what = f"{topology} at {hosts} (lockstep {lock}, numpy hugepages {pages})"
+        failed = {"topology": topology, "hosts": hosts, "lockstep": lock == "on", "numpy_hugepages": pages}
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout_s, cwd=ROOT,
                                  env=env)
         except subprocess.TimeoutExpired:
-            print(f"{topology} at {hosts} (lockstep {lock}, numpy hugepages {pages}): over {args.timeout_s:g} s, "
-                  "stopped", flush=True)
-            rows.append({"topology": topology, "hosts": hosts, "lockstep": lock == "on", "numpy_hugepages": pages,
-                         "error": f"timeout {args.timeout_s:g} s"})
+            print(f"{what}: over {args.timeout_s:g} s, stopped", flush=True)
+            rows.append({**failed, "error": f"timeout {args.timeout_s:g} s"})
             continue
         if out.returncode != 0:
             err = (out.stderr.strip().splitlines() or ["?"])[-1]
-            print(f"{topology} at {hosts} (lockstep {lock}, numpy hugepages {pages}): failed: {err}", flush=True)
-            rows.append({"topology": topology, "hosts": hosts, "lockstep": lock == "on", "numpy_hugepages": pages,
-                         "error": err})
+            print(f"{what}: failed: {err}", flush=True)
+            rows.append({**failed, "error": err})
             continue
         r = json.loads(out.stdout)
         r["numpy_hugepages"] = pages

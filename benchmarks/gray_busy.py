@@ -38,10 +38,6 @@ from traffic.iperf import start_iperf
 FULL = ("leafA0", 1)  # uplink 1: the two flows' slots 0 and 2 both hash onto it (benchmarks/congestion.py)
 
 
-def lossy(lost: int, sent: int, cfg: GrayConfig) -> bool:
-    return sent > 0 and lost >= cfg.min_lost and lost >= cfg.loss * sent
-
-
 @contextlib.contextmanager
 def busy_core(on: bool) -> Iterator[None]:
     if not on:
@@ -84,7 +80,7 @@ def trial(busy_util: float, seconds: float) -> dict[str, float]:
                 lost, sent = link["probes_lost"], link["probes_sent"]
                 row = full if (link["switch"], link["port"]) == FULL else rest
                 row["readings"] += 1
-                row["lossy"] += lossy(lost, sent, cfg)
+                row["lossy"] += cfg.lossy(lost, sent)  # the controller's own rule
                 row["max_lost"] = max(row["max_lost"], lost)
                 if row is full:
                     full["util_min"] = min(full["util_min"], link["utilisation"])

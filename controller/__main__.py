@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     from fabric.routing import RouterConfig
 
     try:
+        gray_period_s = args.gray_period_ms / 1000
+        gray_scale = min(1.0, gray_period_s / GrayConfig.period_s)
         core = ControllerCore(
             topofile.load(args.topology),
             args.routing,
@@ -84,9 +86,9 @@ def main(argv: list[str] | None = None) -> int:
             rate_scale=args.mbps_per_gbps * 1e6 / 1e9,
             flow_window_s=args.flow_window_ms / 1000,
             port_window_s=args.port_window_ms / 1000,
-            gray=GrayConfig(period_s=args.gray_period_ms / 1000, loss=args.gray_loss,
-                            settle_s=min(0.95, 0.95 * args.gray_period_ms / 1000),
-                            burst_s=min(0.2, 0.2 * args.gray_period_ms / 1000), busy_util=args.gray_busy_util),
+            gray=GrayConfig(period_s=gray_period_s, loss=args.gray_loss, busy_util=args.gray_busy_util,
+                            # the default schedule within a period, squeezed into a shorter one
+                            settle_s=GrayConfig.settle_s * gray_scale, burst_s=GrayConfig.burst_s * gray_scale),
         )
     except FabriclabError as e:
         print(f"controller: {e}", file=sys.stderr)

@@ -85,6 +85,10 @@ class GrayConfig:
     def enabled(self) -> bool:
         return self.period_s > 0
 
+    def lossy(self, lost: int, sent: int) -> bool:
+        """Whether a reading that missed `lost` of `sent` probes is lossy."""
+        return lost >= self.min_lost and lost >= self.loss * sent
+
 
 @dataclass(frozen=True)
 class GrayChange:
@@ -131,7 +135,10 @@ class GrayWatch:
         self._ports: dict[str, tuple[int, ...]] = {}
         for sw, port in sorted(self.links):
             self._ports[sw] = self._ports.get(sw, ()) + (port,)
-        self._receivers = frozenset(sw for sw, _ in self._arriving)
+        self._into: dict[str, tuple[DirectedLink, ...]] = {}  # receiver -> the probed links arriving there
+        for link, (sw, _) in sorted(self.links.items(), key=lambda kv: kv[1]):
+            self._into[sw] = self._into.get(sw, ()) + (link,)
+        self._receivers = frozenset(self._into)
         self._down: set[DirectedLink] = set()
         self._rounds: dict[str, tuple[int, int]] = {}  # switch -> (epoch, probe rounds sent in it)
         self._read_epoch: dict[str, int] = {}  # switch -> the last epoch its counters were asked for
@@ -172,8 +179,7 @@ class GrayWatch:
         if now - epoch * self.config.period_s < self.config.settle_s - 1e-9 or self._read_epoch.get(switch) == epoch:
             return False
         self._read_epoch[switch] = epoch
-        self._sent_at_read[switch] = {link: self._ledger[link].sent for far, link in self._arriving.items()
-                                      if far[0] == switch}
+        self._sent_at_read[switch] = {link: self._ledger[link].sent for link in self._into[switch]}
         return True
 
     def port_state(self, link: DirectedLink, up: bool) -> None:
@@ -214,7 +220,7 @@ class GrayWatch:
             lost = deficit - led.eval_deficit
             led.eval_sent, led.eval_deficit = sent, deficit
             led.last = (max(lost, 0), new_sent)
-            bad = lost >= cfg.min_lost and lost >= cfg.loss * new_sent
+            bad = cfg.lossy(lost, new_sent)
             if led.busy:
                 led.busy = False
                 if not led.gray:
@@ -250,4 +256,4 @@ class GrayWatch:
 
     def counting_ports(self, switch: str) -> tuple[int, ...]:
         """The in-ports of `switch` where probes arrive (one counting flow each)."""
-        return tuple(sorted(p for sw, p in self._arriving if sw == switch))
+        return tuple(self.links[link][1] for link in self._into.get(switch, ()))  # (in-port order)

@@ -228,6 +228,10 @@ class _PhaseRun:
     loads: tuple[tuple[float, float, IntArray, FloatArray], ...]
     events: int
 
+    def fits(self, size: IntArray) -> bool:
+        """Whether a phase of these sizes (in key order) runs as this one did, to within the resolution."""
+        return bool((np.abs(size - self.size) <= self.slack_bytes).all())
+
 
 #: the pool's arrays (`_Run`): one entry per transfer of every job that has started and not completed
 _POOL = {"t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
@@ -702,6 +706,10 @@ class _Run:
     def _delay_ct(self, g: IntArray) -> FloatArray:
         """Cut-through: the delay between a transfer's last byte sent and its delivery: the path's
         latency (the per-transfer delay was spent holding the pair before the first byte)."""
+        return self._hop_delay(g)
+
+    def _hop_delay(self, g: IntArray) -> FloatArray:
+        """The per-hop latency of transfers `g`'s paths (their longest connection's)."""
         if not self.per_hop:
             return np.zeros(g.size)
         return np.asarray(self.opts.per_hop_s * self.hops[g], dtype=np.float64)
@@ -772,7 +780,7 @@ class _Run:
             return False
         g, key = self._phase_key(g)
         run = self.phase_memo.get(key)
-        if run is None or not bool((np.abs(self.t_size[g] - run.size) <= run.slack_bytes).all()):
+        if run is None or not run.fits(self.t_size[g]):
             self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events)
             return False
         end_s = self.now + run.duration_s
@@ -791,8 +799,7 @@ class _Run:
         q = p + 1
         while q + 1 < ptr.size and end_s + run.duration_s < next_event_s and ptr[q + 1] - ptr[q] == g.size:
             h, key_q = self._phase_key(order[ptr[q]:ptr[q + 1]] + base)
-            if key_q != key or bool((self.t_pair[h] < 0).any()) \
-                    or not bool((np.abs(self.t_size[h] - run.size) <= run.slack_bytes).all()):
+            if key_q != key or not run.fits(self.t_size[h]):  # (the same pairs: none local, as above)
                 break
             held.pop(q, None)  # (what waited for this phase begins with it, here)
             self.start_s[h] = end_s
@@ -827,10 +834,6 @@ class _Run:
         self.now = end_s
         self.load = (np.zeros(0, dtype=np.intp), np.zeros(0))
         self.phases_replayed += len(chain)
-        if len(chain) == 1:
-            g, start_s = chain[0]
-            self._begin(self._deliver(g, start_s + run.end_off_s))
-            return
         g = np.concatenate([g for g, _ in chain])
         self._begin(self._deliver(g, np.concatenate([start_s + run.end_off_s for _, start_s in chain])))
 
@@ -866,11 +869,9 @@ class _Run:
     def _drained_now(self, g: IntArray) -> IntArray:
         """Store and forward: of transfers `g`, which sent their last byte now, those delivered now
         (no overheads); the others are delivered after them (`_after`)."""
-        if not self.per_hop:
-            if self.opts.per_transfer_s <= 0:  # no overheads: all of them now
-                return g
-            return self._after(g, np.full(g.size, self.opts.per_transfer_s))
-        return self._after(g, self.opts.per_transfer_s + self.opts.per_hop_s * self.hops[g])
+        if not self.per_hop and self.opts.per_transfer_s <= 0:  # no overheads: all of them now
+            return g
+        return self._after(g, self.opts.per_transfer_s + self._hop_delay(g))
 
     def _by_job(self, g: IntArray) -> list[tuple[int, IntArray]]:
         """Transfers `g` (pool indexes) grouped by job: (job, its transfers among `g`)."""
