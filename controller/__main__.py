@@ -33,6 +33,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="after a link turns hot, ask the decision points that could relieve it for flow "
                          "statistics every 50 ms for this long (default 1000: OVS refreshes userspace flow "
                          "counters every ~500 ms, and the first reply may not show flows that just started); 0 disables")
+    ap.add_argument("--stats-nudge-ms", type=float, default=20.0,
+                    help="send those fast flow-statistics requests this long after a flow-table change that "
+                         "makes OVS refresh its flow counters at once (re-adding a flow no packet reaches); "
+                         "0: ask at once, on counters up to ~500 ms old (default 20)")
     ap.add_argument("--flow-window-ms", type=float, default=1000.0,
                     help="shortest span for per-slot rates from flow counters (default 1000: OVS refreshes "
                          "userspace flow counters only every few hundred ms)")
@@ -64,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--poll-ms, --flow-poll-ms, --hot-flow-poll-ms and --mbps-per-gbps must be > 0")
     if args.port_window_ms < 0:
         ap.error("--port-window-ms must be >= 0")
-    if args.fast_flow_ms < 0:
-        ap.error("--fast-flow-ms must be >= 0")
+    if args.fast_flow_ms < 0 or args.stats_nudge_ms < 0:
+        ap.error("--fast-flow-ms and --stats-nudge-ms must be >= 0")
     if args.precompute_s < 0:
         ap.error("--precompute-s must be >= 0")
 
@@ -101,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()  # after precomputing: what it made is frozen too
     configure(AppConfig(core, PollConfig(poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
                                          hot_flow_poll_s=args.hot_flow_poll_ms / 1000,
-                                         fast_flow_s=args.fast_flow_ms / 1000),
+                                         fast_flow_s=args.fast_flow_ms / 1000,
+                                         nudge_lead_s=args.stats_nudge_ms / 1000),
                         rest_host=args.rest_host, rest_port=args.rest_port))
 
     from os_ken import cfg

@@ -22,6 +22,13 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
 Above everything in table 0, one flow per switch-to-switch in-port drops the gray-failure probes
 (`controller.gray`) and counts them, when probing is on.
 
+- table 2 (decision points only): one flow no packet reaches (nothing goes to table 2), the *nudge*
+  (`nudge_flow`). OVS copies its datapath's flow counters into the OpenFlow flows only when its
+  revalidators run: every 500 ms (OVS 3.1 has this fixed; later versions read
+  `other_config:max-revalidator`), or at once after any change to a flow table. Adding the nudge again
+  is such a change, so a flow-statistics request sent shortly after it reads counters milliseconds old
+  (`controller.sync.PollConfig.nudge_lead_s`).
+
 Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to table-1 flows
 (`modify`, which keeps the flow's counters and loses no packet). A link event the policy answers
 from its memo returns the same tuple of moves each time, and its changes are built once for it
@@ -52,8 +59,10 @@ PRIORITY_SLOT = 1000
 PRIORITY_SLOT_OTHER = 900
 PRIORITY_TRANSIT = 1100
 PRIORITY_PROBE = 2000
+PRIORITY_NUDGE = 0
 TABLE_ROUTE = 0
 TABLE_ECMP = 1
+TABLE_NUDGE = 2
 #: memoised link events whose changes are kept (oldest dropped first)
 CHANGES_MEMO_ENTRIES = 1 << 14
 
@@ -336,10 +345,17 @@ class ControllerCore:
             for slot, port in enumerate(self.policy.slots(switch, dest)):
                 out.extend(self.slot_flows(switch, dest, slot, port))
             out.extend(self.transit_flows(switch, dest))
+        if switch in self._decision_dests:
+            out.append(self.nudge_flow(switch))
         for port in self.gray.counting_ports(switch) if self.gray.config.enabled else ():
             out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_PROBE,
                                   (("in_port", port), ("eth_type", PROBE_ETH_TYPE)), Drop()))
         return out
+
+    def nudge_flow(self, switch: str) -> FlowIntent:
+        """The decision point's flow in table 2, which no packet reaches: adding it again changes the
+        flow table and so makes OVS refresh every flow's counters at once (module docstring)."""
+        return FlowIntent(self.dpid(switch), TABLE_NUDGE, PRIORITY_NUDGE, (), Drop())
 
     def transit_flows(self, switch: str, dest: str) -> list[FlowIntent]:
         """Table-1 flows for detoured packets at a decision point that is a detour for others: from

@@ -10,7 +10,9 @@ Then statistics are polled: port statistics every `poll_s`; ECMP flow statistics
 link downstream), and at once when a link downstream has just turned hot (the core's
 `urgent_flow_dpids`, at most every `urgent_flow_poll_s`; the reply is decided on at once), and
 every `urgent_flow_poll_s` for `fast_flow_s` after that (OVS refreshes its userspace datapath's flow
-counters only every ~0.5 s: the first reply may not show the slots that just started). A request
+counters only every ~0.5 s: the first reply may not show the slots that just started). Each of these
+urgent and fast requests follows `nudge_lead_s` after a nudge (`ControllerCore.nudge_flow`: the flow
+table changes, so OVS refreshes the counters at once), so it reads counters milliseconds old. A request
 still unanswered is not repeated until `reply_timeout_s` has passed, so a slow switch is not buried
 under requests. Gray-failure probing (`controller.gray`): early in each period a probe out of each
 of the switch's live switch-to-switch ports at every poll until `probes` have gone, and `settle_s`
@@ -48,6 +50,13 @@ class PollConfig:
     urgent_flow_poll_s: float = 0.05  # ... and at once where one turns hot, if none was asked this recently,
     fast_flow_s: float = 1.0  # ... then this often for this long (a flow counter refresh, ~0.5 s in OVS)
     reply_timeout_s: float = 1.0  # re-ask after this long without a reply
+    #: an urgent or fast flow request goes this long after a nudge (0: no nudge, asked at once): the
+    #: time OVS's revalidators take to bring the flow counters up to date after the flow table changed
+    nudge_lead_s: float = 0.02
+
+    def __post_init__(self) -> None:
+        if self.nudge_lead_s < 0:
+            raise ValueError(f"nudge_lead_s must be >= 0, got {self.nudge_lead_s}")
 
 
 @dataclass
@@ -77,6 +86,7 @@ class DatapathSync:
     _port_poll: _Pending = field(default_factory=_Pending)
     _flow_poll: _Pending = field(default_factory=_Pending)
     _probe_poll: _Pending = field(default_factory=_Pending)
+    _nudged_s: float | None = None  # when the nudge for the next urgent flow request went
     _probe_counts: dict[int, int] = field(default_factory=dict)
     last_gray: list[GrayChange] = field(default_factory=list)  # verdicts of the last probe reading
     last_resync: tuple[int, int, int, int] | None = None  # groups sent, flows added, modified, deleted
@@ -165,10 +175,16 @@ class DatapathSync:
         # a link at the hysteresis' edge may turn hot again and again: at most one urgent request per
         # `urgent_flow_poll_s`
         flow_every_s = cfg.urgent_flow_poll_s if urgent else cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
-        if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):
-            self.core.urgent_flow_dpids.discard(self.dpid)
-            out.append((self.dpid, self._ask(self._flow_poll, ofmsg.ecmp_flows_request(), now)))
         gray, name = self.core.gray, self.core.switch_name(self.dpid)
+        if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):
+            lead_s, nudged_s = (cfg.nudge_lead_s if urgent else 0.0), self._nudged_s
+            if lead_s and nudged_s is None and name is not None:
+                self._nudged_s = now
+                out.append((self.dpid, ofmsg.flow_mod(self.core.nudge_flow(name))))
+            elif not lead_s or nudged_s is None or now - nudged_s >= lead_s:
+                self._nudged_s = None
+                self.core.urgent_flow_dpids.discard(self.dpid)
+                out.append((self.dpid, self._ask(self._flow_poll, ofmsg.ecmp_flows_request(), now)))
         if gray.config.enabled and name is not None:
             ports = gray.burst_due(name, now)
             if ports:

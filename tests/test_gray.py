@@ -190,12 +190,13 @@ def test_counting_flows_come_back_from_the_switch_as_what_the_core_installs():
     fake.apply(core.on_switch_connect(fab.switch_by_name["leafA0"].dpid))
     dpid = fab.switch_by_name["leafA0"].dpid
     back = {f.key: f for f in (ofmsg.flow_from_stats(dpid, st) for st in flow_stats(fake, "leafA0", COOKIE)) if f}
-    probes = [f for f in core.flows("leafA0") if isinstance(f.action, Drop)]
+    probes = [f for f in core.flows("leafA0") if dict(f.match).get("eth_type") == PROBE_ETH_TYPE]
+    assert probes and all(isinstance(f.action, Drop) and f.table == 0 for f in probes)
     # leafA0's two spine ports count probes; none on its host ports
     assert sorted(dict(f.match)["in_port"] for f in probes) == [1, 2]
     assert all(back[f.key] == f for f in probes)
     off = ControllerCore(fab, "adaptive", gray=GrayConfig(period_s=0))
-    assert not any(isinstance(f.action, Drop) for f in off.flows("leafA0"))
+    assert not any(dict(f.match).get("eth_type") == PROBE_ETH_TYPE for f in off.flows("leafA0"))
 
 
 # ---- on the fake pipeline ---------------------------------------------------------------------------

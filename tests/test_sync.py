@@ -156,7 +156,8 @@ def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_t
     core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0)
     fake = FakeFabric(fab)
     leaf, _ = connect(core, fake, "leafA0")
-    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, reply_timeout_s=0.5)
+    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, reply_timeout_s=0.5,
+                             nudge_lead_s=0.0)
     cap_bytes = 400e9 * 1e-4 / 8
     flows = [core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 4)]
     # the background flow poll at 1.0 s: both slots idle
@@ -206,7 +207,7 @@ def test_after_a_link_turns_hot_its_relievers_are_polled_fast_until_the_counters
     fake = FakeFabric(fab)
     leaf, _ = connect(core, fake, "leafA0")
     leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, urgent_flow_poll_s=0.05,
-                             fast_flow_s=1.0, reply_timeout_s=0.5)
+                             fast_flow_s=1.0, reply_timeout_s=0.5, nudge_lead_s=0.0)
     cap_bytes = 400e9 * 1e-4 / 8
     flows = [core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 4)]
     req = next(m for _, m in leaf.due(1.0, hot=False) if isinstance(m, parser.OFPFlowStatsRequest))
@@ -249,6 +250,52 @@ def test_after_a_link_turns_hot_its_relievers_are_polled_fast_until_the_counters
             leaf.on_flow_stats(m.xid, [], False, t)
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert times[0] == 2.25 and len(gaps) >= 2 and all(0.249 < g < 0.261 for g in gaps), times
+
+
+def test_fast_flow_requests_follow_a_nudge_that_changes_nothing_but_refreshes_the_counters():
+    # OVS copies datapath flow counters into OpenFlow flows when its revalidators run: every 500 ms,
+    # or at once after a flow-table change. So each urgent or fast flow request goes `nudge_lead_s`
+    # after the decision point's nudge flow (table 2, which nothing reaches) is added again; the
+    # background and hot polls carry none, and the nudge leaves the switch's tables as they were.
+    fab = topofile.load("leaf-spine-16")
+    core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0, gray=GrayConfig(period_s=0))
+    fake = FakeFabric(fab)
+    leaf, _ = connect(core, fake, "leafA0")
+    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, urgent_flow_poll_s=0.05,
+                             fast_flow_s=1.0, reply_timeout_s=0.5, nudge_lead_s=0.02)
+    sw = fake.switches["leafA0"]
+    nudge = [e for e in sw.entries if e.table == 2]
+    assert len(nudge) == 1 and nudge[0].priority == 0 and not nudge[0].match and not nudge[0].instructions
+
+    def kinds(t, hot):
+        out = leaf.due(t, hot)
+        flows = [m for _, m in out if isinstance(m, parser.OFPFlowStatsRequest)]
+        mods = [m for _, m in out if isinstance(m, parser.OFPFlowMod)]
+        before = [(e.table, e.priority, e.match, e.instructions, e.cookie) for e in sw.entries]
+        apply_out(fake, [(d, m) for d, m in out if isinstance(m, parser.OFPFlowMod)])
+        assert [(e.table, e.priority, e.match, e.instructions, e.cookie) for e in sw.entries] == before
+        for m in flows:
+            leaf.on_flow_stats(m.xid, [], False, t)
+        return len(mods), len(flows), mods
+
+    assert kinds(1.0, hot=False)[:2] == (0, 1)  # the background poll: no nudge
+    cap_bytes = 400e9 * 1e-4 / 8
+    leaf.on_port_stats(-1, {1: (0, 0, 10.19)}, False, 1.19)
+    for i, t in enumerate((1.20, 1.21, 1.22)):
+        leaf.on_port_stats(-1, {1: (int(cap_bytes * 0.01) * (i + 1), 0, 10.0 + t - 1.0)}, False, t)
+    assert core.policy.hot_links() == (("leafA0", 1),)
+    n_mods, n_flows, mods = kinds(1.23, hot=True)
+    assert (n_mods, n_flows) == (1, 0)
+    (mod,) = mods
+    assert (mod.command, mod.table_id, mod.priority, mod.instructions) == (ofp.OFPFC_ADD, 2, 0, [])
+    assert kinds(1.24, hot=True)[:2] == (0, 0)  # 10 ms after the nudge: not yet
+    assert kinds(1.255, hot=True)[:2] == (0, 1)  # 20 ms after it
+    # the next fast request 50 ms later, again after a nudge
+    seen = [(round(t, 3), kinds(round(t, 3), hot=True)[:2]) for t in (1.265 + 0.01 * i for i in range(10))]
+    assert [(t, k) for t, k in seen if k != (0, 0)] == [(1.305, (1, 0)), (1.325, (0, 1))], seen
+    # a second after the link turned hot: polls every 0.25 s, without nudges
+    seen = [kinds(round(2.3 + 0.01 * i, 3), hot=True)[:2] for i in range(60)]
+    assert seen.count((0, 1)) >= 2 and all(k in ((0, 0), (0, 1)) for k in seen), seen
 
 
 def test_switches_that_connect_while_a_mesh_link_is_down_forward_over_the_detours():
