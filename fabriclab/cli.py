@@ -228,10 +228,28 @@ def _trace(args: argparse.Namespace) -> tuple[str, str]:
     return (args.trace, args.trace) if args.trace else (str(BUILTIN_TRACE), f"builtin ({BUILTIN_TRACE.name})")
 
 
+def numpy_hugepage_advice_off() -> None:
+    """Turn numpy's huge-page advice off for this process and the ones it starts, unless
+    `NUMPY_MADVISE_HUGEPAGE` says otherwise. numpy advises the kernel to back every array of 4 MB and
+    more with huge pages; where transparent huge pages are `madvise` with defrag `madvise` (Debian's and
+    Ubuntu's default), the kernel compacts memory synchronously at the first touch of each such array,
+    and the simulator makes many short-lived ones: one 1024-GPU step took 2.5 s with the advice and
+    0.65 s without it here (`benchmarks/flowsim.py --hugepages default off`)."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return
+    os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"  # read at numpy's import: processes started later
+    import numpy as np
+
+    core = getattr(np, "_core", None) or getattr(np, "core")  # numpy 2 / numpy 1
+    core.multiarray._set_madvise_hugepage(False)
+
+
 def _sim_options(args: argparse.Namespace) -> Any:
     """The simulator's options from `--per-transfer-us`, `--per-hop-us`, `--poll-ms` and `--forwarding`
-    (`_sim_args`)."""
+    (`_sim_args`); numpy's huge-page advice off (`numpy_hugepage_advice_off`)."""
     from fabric.flowsim import SimOptions
+
+    numpy_hugepage_advice_off()
 
     if args.per_transfer_us < 0 or args.per_hop_us < 0:
         raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "

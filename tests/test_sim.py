@@ -168,3 +168,25 @@ def test_sim_cli_bad_input_exits_2_with_a_named_error(tmp_path: Path, capsys, ar
     err = capsys.readouterr().err
     assert "fabriclab: error:" in err and match in err
     assert not (tmp_path / "o").exists()  # nothing written for a run that could not start
+
+
+@pytest.mark.parametrize("env, advised", [(None, False), ("1", True)])
+def test_sim_cli_turns_numpys_huge_page_advice_off_unless_the_environment_sets_it(tmp_path: Path, env, advised):
+    # numpy reads NUMPY_MADVISE_HUGEPAGE once, at its import (here, before the CLI runs): what the
+    # process does afterwards is the CLI's choice, and the variable is left for processes it starts
+    import os
+    import subprocess
+    import sys
+
+    code = ("import numpy, os; from fabriclab.cli import main; "
+            f"assert main(['sim', '--topology', 'pyramid-16', '--routing', 'ecmp', '--out', {str(tmp_path / 'o')!r},"
+            " '--json']) == 0; core = getattr(numpy, '_core', None) or numpy.core; "
+            "print('ADVICE', core.multiarray._get_madvise_hugepage(), os.environ['NUMPY_MADVISE_HUGEPAGE'])")
+    child_env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    if env is not None:
+        child_env["NUMPY_MADVISE_HUGEPAGE"] = env
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env,
+                         cwd=Path(__file__).resolve().parents[1], timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = next(l for l in out.stdout.splitlines() if l.startswith("ADVICE"))
+    assert line == f"ADVICE {advised} {env or '0'}"
