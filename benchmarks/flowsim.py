@@ -25,9 +25,10 @@ Each (topology, hosts) runs in a fresh process, so its peak memory is its own. T
 in lockstep (`SimOptions.lockstep`, what `fabriclab compare` uses above 1024 GPUs), each row labelled.
 `--hugepages default off` runs every configuration with numpy's default (on Linux it advises the
 kernel to back arrays of 4 MB and more with huge pages) and with that advice off
-(`NUMPY_MADVISE_HUGEPAGE=0`, numpy's documented switch), each row labelled: where transparent huge
-pages are `madvise` with `defrag` `madvise` (this VM), the kernel compacts memory synchronously on
-the first touch of such an array, which on a fresh process can cost as much as the step itself.
+(`NUMPY_MADVISE_HUGEPAGE=0`, numpy's documented switch; how `fabriclab sim` and `compare` run unless
+that variable is set), each row labelled: where transparent huge pages are `madvise` with `defrag`
+`madvise` (this VM), the kernel compacts memory synchronously on the first touch of such an array,
+which on a fresh process can cost as much as the step itself.
 Targets (issue "The scale backend"): one step <= 1 s at 1024 GPUs and <= 30 s at 16,384 here.
 """
 from __future__ import annotations
