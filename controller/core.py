@@ -18,16 +18,15 @@ Pipeline installed on every switch (proactive; no flooding, no MAC learning, no 
   leaves, `PathTable.transit_ports`): packets towards the destination that come in from a switch
   whose detour it is leave by the direct link to the destination, whatever their slot, so a
   detoured packet is never detoured again (no loop, whatever the switch's own slots say).
-
-Above everything in table 0, one flow per switch-to-switch in-port drops the gray-failure probes
-(`controller.gray`) and counts them, when probing is on.
-
 - table 2 (decision points only): one flow no packet reaches (nothing goes to table 2), the *nudge*
   (`nudge_flow`). OVS copies its datapath's flow counters into the OpenFlow flows only when its
   revalidators run: every 500 ms (OVS 3.1 has this fixed; later versions read
   `other_config:max-revalidator`), or at once after any change to a flow table. Adding the nudge again
   is such a change, so a flow-statistics request sent shortly after it reads counters milliseconds old
   (`controller.sync.PollConfig.nudge_lead_s`).
+
+Above everything in table 0, one flow per switch-to-switch in-port drops the gray-failure probes
+(`controller.gray`) and counts them, when probing is on.
 
 Moves from the routing policy (`fabric.routing.RoutingPolicy`) become changes to table-1 flows
 (`modify`, which keeps the flow's counters and loses no packet). A link event the policy answers
