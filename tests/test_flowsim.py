@@ -791,3 +791,27 @@ def test_lockstep_phases_are_numbered_densely_in_the_order_of_their_step_numbers
     tpl = _Template(cols, np.zeros(n, dtype=np.intp), np.ones(n, dtype=np.intp), 2)
     assert tpl.phase_of.tolist() == dense
     assert tpl.phase_size.tolist() == [dense.count(k) for k in range(max(dense) + 1)]
+
+
+@pytest.mark.parametrize("transfers, closed", [
+    # phases in order, every dependency in an earlier phase (a ring's steps)
+    ([(0, 1, 0, ()), (1, 2, 0, ()), (1, 2, 1, (0,)), (2, 0, 1, (1,)), (0, 1, 2, (2, 3))], True),
+    # phases in order, transfer 3 waits on transfer 2 of its own phase
+    ([(0, 1, 0, ()), (1, 2, 0, ()), (1, 2, 1, (0,)), (2, 0, 1, (1, 2)), (0, 1, 2, (3,))], False),
+    # phases in order, the same-phase dependency listed first (every dependency counts, not the last listed)
+    ([(0, 1, 0, ()), (1, 2, 1, ()), (2, 0, 1, (1, 0))], False),
+    # phases out of transfer order, closed: transfer 2 (phase 1) after transfer 1 (phase 0)
+    ([(0, 1, 2, ()), (1, 2, 0, ()), (2, 0, 1, (1,)), (0, 1, 3, (0, 2))], True),
+    # phases out of transfer order: transfer 2 (phase 0) waits on transfer 0 of the later phase 2
+    ([(0, 1, 2, ()), (1, 2, 1, ()), (2, 0, 0, (0,))], False),
+])
+def test_phases_are_closed_when_every_dependency_is_in_an_earlier_phase(transfers, closed):
+    from fabric.flowsim.executor import _Template
+
+    dag = TransferDag(tuple(Transfer(s, d, 1000, deps, ph) for s, d, ph, deps in transfers), (0, 1, 2))
+    ranks = np.arange(3)
+    tpl = _Template(dag.columns, ranks[dag.columns.src], ranks[dag.columns.dst], 3)
+    # by hand: each listed dependency's phase against its transfer's
+    by_hand = all(transfers[d][2] < ph for _, _, ph, deps in transfers for d in deps)
+    assert by_hand == closed
+    assert tpl.phases_closed == closed

@@ -287,7 +287,7 @@ class _Template:
     def phase_members(self) -> tuple[IntArray, IntArray]:
         """(order, ptr): phase q's transfers are order[ptr[q]:ptr[q + 1]], ascending (lockstep)."""
         ph = self.phase_of
-        if ph.size < 2 or bool((ph[1:] >= ph[:-1]).all()):  # (a schedule's steps come in order)
+        if self.phases_in_order:
             order = np.arange(ph.size, dtype=np.intp)
         else:
             order = np.argsort(ph, kind="stable").astype(np.intp)
@@ -310,10 +310,28 @@ class _Template:
         return np.asarray(self.src_host[self.succ] == self.src_host[self.edge_src])
 
     @functools.cached_property
+    def phases_in_order(self) -> bool:
+        """Phase numbers never fall along the transfers (a schedule's steps come in order)."""
+        ph = self.phase_of
+        return ph.size < 2 or bool((ph[1:] >= ph[:-1]).all())
+
+    @functools.cached_property
     def phases_closed(self) -> bool:
         """No transfer depends on one of its own phase or a later one: under lockstep a phase's
         transfers then all begin together, when it opens (what a phase replay needs)."""
         ph = self.phase_of
+        dep, dep_ptr = self.cols.dep, self.cols.dep_ptr
+        if not dep.size:
+            return True
+        if self.phases_in_order:
+            # Every dependency is an earlier transfer (`TransferColumns` checks it), so with phases in
+            # order it is in an earlier phase exactly when it comes before its transfer's phase's
+            # first transfer: one pass over the dependencies for each transfer's last one, no
+            # per-edge lookup of phases
+            has = self.dep_count > 0
+            last_dep = np.maximum.reduceat(dep, dep_ptr[:-1][has])
+            first_of_phase = self.phase_members[1]
+            return bool((last_dep < first_of_phase[ph[has]]).all())
         return bool((ph[self.succ] > np.repeat(ph, self.succ_count)).all())
 
     @classmethod

@@ -17,6 +17,7 @@ Moving a slot to another port is how weights shift.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from fabric.errors import RoutingError, TopologyError
@@ -58,6 +59,9 @@ class EntropyPlan:
     fields: dict[int, tuple[int, int]]
     #: tier -> the widest choice a decision point of that tier has (its equal-cost ports and detours)
     fan_outs: dict[int, int]
+    #: (base, (tier, slot), ...) -> `src_port_for`'s answer: a fabric has few slot combinations, and a
+    #: simulation plans a port for every connection (131,072 at 16,384 hosts)
+    _ports: dict[tuple[int, ...], int] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     def field(self, tier: int) -> tuple[int, int]:
         try:
@@ -81,6 +85,10 @@ class EntropyPlan:
 
     def src_port_for(self, slots: dict[int, int], base: int = EPHEMERAL_BASE) -> int:
         """The smallest source port >= `base` that lands in `slots[tier]` at each given tier."""
+        key = (base, *(x for item in sorted(slots.items()) for x in item))
+        known = self._ports.get(key)
+        if known is not None:
+            return known
         value = mask = 0
         for tier, slot in slots.items():
             v, m = self.match(tier, slot)
@@ -88,6 +96,7 @@ class EntropyPlan:
         port = smallest_port_at_least(base, value, mask)
         if port is None:
             raise RoutingError(f"no source port >= {base} selects slots {slots}")
+        self._ports[key] = port
         return port
 
 
