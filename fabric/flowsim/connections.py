@@ -62,7 +62,7 @@ def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[Pair]
         if len(pair) == 3 and not (isinstance(pair[2], int) and pair[2] >= 0):
             raise FlowSimError(f"pair {pair}: a lane is an integer >= 0")
     rng = random.Random(seed)
-    used: set[tuple[str, int, str, int]] = set()
+    used: set[tuple[object, int, object, int]] = set()  # (source address, port, destination address, lane) drawn
     out: dict[Pair, tuple[Connection, ...]] = {}
     n = 0
     for pair in sorted(given, key=lambda p: (p[2] if len(p) == 3 else 0, index[p[0]], index[p[1]])):
@@ -77,11 +77,10 @@ def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[Pair]
                 if ports == "planned":
                     sport = pair_sport(entropy, index[a], index[b], ch, channels)
                 else:
-                    while True:
+                    sport = rng.randrange(*HASHED_PORTS)
+                    while (nic.ip, sport, peer[0].ip, lane) in used:
                         sport = rng.randrange(*HASHED_PORTS)
-                        if (str(nic.ip), sport, str(peer[0].ip), lane) not in used:
-                            break
-                used.add((str(nic.ip), sport, str(peer[0].ip), lane))
+                    used.add((nic.ip, sport, peer[0].ip, lane))
                 conns.append(Connection(n, nic, peer[0], ch, sport))
                 n += 1
         if not conns:
