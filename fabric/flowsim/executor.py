@@ -324,10 +324,10 @@ class _Template:
         if not dep.size:
             return True
         if self.phases_in_order:
-            # Every dependency is an earlier transfer (`TransferColumns` checks it), so with phases in
-            # order it is in an earlier phase exactly when it comes before its transfer's phase's
-            # first transfer: one pass over the dependencies for each transfer's last one, no
-            # per-edge lookup of phases
+            # Every dependency is an earlier transfer (`TransferColumns` requires it), so with phases
+            # in order it is in an earlier phase exactly when it comes before its transfer's phase's
+            # first transfer: each transfer's latest dependency, found in one pass over them, against
+            # that first transfer (no per-edge lookup of phases)
             has = self.dep_count > 0
             last_dep = np.maximum.reduceat(dep, dep_ptr[:-1][has])
             first_of_phase = self.phase_members[1]
