@@ -66,6 +66,49 @@ def test_the_fit_recovers_the_parameters_the_samples_were_made_with():
     assert cal.fit(samples, cut_through=False).sim_options(2e5).cut_through is False
 
 
+#: A CI run's microbenchmarks (2026-12-02, busy core): emulated us per (fabric, size), with the
+#: simulator's features (T0 us, S, H) at dilation 1e5. The three-parameter fit found 14.31 ms per hop
+#: in them (and 1.00 ms per transfer), which put 24% latency into a ResNet all-reduce on pyramid-16.
+MEASURED = [("dual-plane-16", 400_000, 17.3228, 15.0, 30, 4), ("dual-plane-16", 1_200_000, 48.9655, 45.0, 30, 4),
+            ("dual-plane-16", 3_600_000, 149.7655, 135.0, 30, 4), ("pyramid-16", 400_000, 17.6110, 15.0, 30, 6),
+            ("pyramid-16", 1_200_000, 49.1030, 45.0, 30, 6), ("pyramid-16", 3_600_000, 151.5532, 135.0, 30, 6)]
+
+
+@pytest.mark.parametrize("extra_us_per_hop, kept", [(0.0, False), (1.5, True)])
+def test_a_per_hop_delay_is_fitted_only_where_the_samples_tell_it_from_the_per_transfer_one(extra_us_per_hop, kept):
+    # Every ring has S = 30 and one H per fabric, so only the two fabrics' hop counts tell a per-hop
+    # delay from a per-transfer one. As measured, pyramid's rings were 0.1-1.8 us slower: the F-test
+    # of the nested fits (worked here with numpy alone) finds no per-hop delay there, and the fit is the
+    # two-parameter one. With 1.5 us more per hop of the ring's path (pyramid's rings then 3 us slower
+    # than dual-plane's at every size), the per-hop delay is kept and found.
+    import numpy as np
+
+    samples = [cal.Sample(topo, "adaptive", "all_reduce", size, 1e5, e + extra_us_per_hop * hops, t0, s, hops)
+               for topo, size, e, t0, s, hops in MEASURED]
+    e = np.array([x.emulated_us for x in samples])
+    a = np.array([[x.t0_us, x.transfers_on_path / x.dilation * 1e6, x.hops_on_path / x.dilation * 1e6]
+                  for x in samples]) / e[:, None]
+
+    def rss(cols):
+        x, *_ = np.linalg.lstsq(a[:, :cols], np.ones(len(samples)), rcond=None)
+        return float(np.sum((a[:, :cols] @ x - 1) ** 2)), x
+
+    (rss_2, x_2), (rss_3, x_3) = rss(2), rss(3)
+    assert min(x_2) > 0 and min(x_3) > 0 and x_2[0] >= 1 and x_3[0] >= 1  # inside the bounds: lsq_linear's too
+    f_stat = (rss_2 - rss_3) / (rss_3 / (len(samples) - 3))
+    assert (f_stat > 10.128) == kept  # F(1, 3) at p = 0.05, from the table
+    fitted = cal.fit(samples)
+    if kept:
+        assert fitted.per_hop_emu_s == pytest.approx(x_3[2], rel=1e-6)
+        # 1.5 us real per hop at dilation 1e5: 0.15 s emulated per hop (H h / D)
+        assert fitted.per_hop_emu_s == pytest.approx(1.5e-6 * 1e5, rel=0.2)
+    else:
+        assert x_3[2] * 1e3 == pytest.approx(14.31, abs=0.05)  # what the three-parameter fit found
+        assert fitted.per_hop_emu_s == 0.0
+        assert fitted.per_transfer_emu_s == pytest.approx(x_2[1], rel=1e-6)
+        assert fitted.goodput_share == pytest.approx(1 / x_2[0], rel=1e-6)
+
+
 def test_the_fit_keeps_the_goodput_share_at_most_one_and_the_delays_non_negative():
     # an emulator faster than the links' rate with negative latency cannot be represented: the
     # constrained solution is g = 1, a = h = 0 here
