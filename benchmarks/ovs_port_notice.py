@@ -1,5 +1,5 @@
-"""How soon userspace OVS reports a port that went down, against how many bridges it runs (needs root
-and OVS; no Mininet, no controller).
+"""How soon userspace OVS reports a port that went down, against how many bridges and ports it runs
+(needs root and OVS; no Mininet, no controller).
 
     sudo .venv/bin/python benchmarks/ovs_port_notice.py [--bridges 1 8 24] [--pairs 4] [--trials 20]
 
@@ -96,8 +96,9 @@ def wait_for(lines: queue.Queue[tuple[float, str]], port_down: bool, timeout_s: 
 def measure(n_bridges: int, pairs: int, trials: int, timeout_s: float) -> tuple[list[float], int]:
     remove()
     build(n_bridges, pairs)
-    mon = subprocess.Popen(["stdbuf", "-oL", "ovs-ofctl", "-O", "OpenFlow13", "monitor", f"{PREFIX}0"],
+    mon = subprocess.Popen(["stdbuf", "-oL", "ovs-ofctl", "-O", "OpenFlow13", "monitor", f"{PREFIX}0", "128"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    # (the miss length asks OVS for asynchronous messages: a service connection gets none without it)
     lines: queue.Queue[tuple[float, str]] = queue.Queue()
     assert mon.stdout is not None
     threading.Thread(target=reader, args=(mon.stdout, lines), daemon=True).start()
