@@ -197,17 +197,24 @@ def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_t
     assert not core.urgent_flow_dpids
 
 
-def test_after_a_link_turns_hot_its_relievers_are_polled_fast_until_the_counters_show_the_newcomers():
-    # OVS refreshes the flow counters of its userspace datapath every ~0.5 s: the reply asked at once
-    # may still show the two slots that just started as idle. Then leafA0 is asked every 50 ms
-    # (`urgent_flow_poll_s`) for 1 s (`fast_flow_s`), not every 0.25 s, and the first reply that
-    # shows them decides; after that second, polls go back to every 0.25 s while the link stays hot.
+def fast_polled_leaf(nudge_lead_s: float):
+    """leaf-spine-16 at 1e-4 (leafA0's uplinks 40 Mbit/s), no gray probing, leafA0 connected and
+    polled: ports every 10 ms, flows every 1 s, 0.25 s while hot, 50 ms for 1 s after a link turns hot."""
     fab = topofile.load("leaf-spine-16")
     core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0, gray=GrayConfig(period_s=0))
     fake = FakeFabric(fab)
     leaf, _ = connect(core, fake, "leafA0")
     leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, urgent_flow_poll_s=0.05,
-                             fast_flow_s=1.0, reply_timeout_s=0.5, nudge_lead_s=0.0)
+                             fast_flow_s=1.0, reply_timeout_s=0.5, nudge_lead_s=nudge_lead_s)
+    return fab, core, fake, leaf
+
+
+def test_after_a_link_turns_hot_its_relievers_are_polled_fast_until_the_counters_show_the_newcomers():
+    # OVS refreshes the flow counters of its userspace datapath every ~0.5 s: the reply asked at once
+    # may still show the two slots that just started as idle. Then leafA0 is asked every 50 ms
+    # (`urgent_flow_poll_s`) for 1 s (`fast_flow_s`), not every 0.25 s, and the first reply that
+    # shows them decides; after that second, polls go back to every 0.25 s while the link stays hot.
+    _, core, _, leaf = fast_polled_leaf(nudge_lead_s=0.0)
     cap_bytes = 400e9 * 1e-4 / 8
     flows = [core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 4)]
     req = next(m for _, m in leaf.due(1.0, hot=False) if isinstance(m, parser.OFPFlowStatsRequest))
@@ -257,12 +264,7 @@ def test_fast_flow_requests_follow_a_nudge_that_changes_nothing_but_refreshes_th
     # or at once after a flow-table change. So each urgent or fast flow request goes `nudge_lead_s`
     # after the decision point's nudge flow (table 2, which nothing reaches) is added again; the
     # background and hot polls carry none, and the nudge leaves the switch's tables as they were.
-    fab = topofile.load("leaf-spine-16")
-    core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0, gray=GrayConfig(period_s=0))
-    fake = FakeFabric(fab)
-    leaf, _ = connect(core, fake, "leafA0")
-    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, urgent_flow_poll_s=0.05,
-                             fast_flow_s=1.0, reply_timeout_s=0.5, nudge_lead_s=0.02)
+    _, core, fake, leaf = fast_polled_leaf(nudge_lead_s=0.02)
     sw = fake.switches["leafA0"]
     nudge = [e for e in sw.entries if e.table == 2]
     assert len(nudge) == 1 and nudge[0].priority == 0 and not nudge[0].match and not nudge[0].instructions
