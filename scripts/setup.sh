@@ -59,7 +59,10 @@ else
   # lost packets to 127 TCP timeouts per host. A 4 MB default gives each port its qdisc's own limit.
   sysctl -qw net.core.wmem_default=4194304
   if ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1; then
-    tb=$(ss -0 -a -m -p 2>/dev/null | grep -A0 '"ovs-vswitchd"' | grep -o 'tb[0-9]*' | head -n1 | tr -d tb)
+    # No packet socket yet (a daemon that has sent on no netdev port) is no answer, not an error: OVS
+    # makes the socket at its first send, with the default set above. `|| true` keeps pipefail from
+    # ending the script.
+    tb=$(ss -0 -a -m -p 2>/dev/null | grep -A0 '"ovs-vswitchd"' | grep -o 'tb[0-9]*' | head -n1 | tr -d tb || true)
     if [ -n "$tb" ] && [ "$tb" -lt 4194304 ] && [ -f "$rundir/ovs-vswitchd.pid" ]; then
       log "restarting ovs-vswitchd: its packet socket's send buffer is ${tb} bytes"
       ovs-appctl -t ovs-vswitchd exit >/dev/null 2>&1 || true
