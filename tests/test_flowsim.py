@@ -207,19 +207,27 @@ def test_per_hop_latency_follows_the_slowest_link_of_the_ring():
     assert res.job_time_s[0] == pytest.approx(2 * (n - 1) * (drain_s + 4 * per_hop_s), rel=1e-9)
 
 
-def test_cost_grows_with_events_not_simulated_time():
+def test_cost_grows_with_events_not_simulated_time(monkeypatch):
+    from fabric.flowsim import executor
+
     fab = topofile.load("dual-plane-16")
     small = schedule("all_reduce", 2**20, list(range(16)), "ring")
     large = schedule("all_reduce", 2**30, list(range(16)), "ring")
-    _, a = run("dual-plane-16", [Job(small, one_rank_per_host(fab, 16))])
-    _, b = run("dual-plane-16", [Job(large, one_rank_per_host(fab, 16))])
-    assert b.job_time_s[0] == pytest.approx(a.job_time_s[0] * 1024, rel=1e-6)
-    # every ring step has the same connections active (all flows of a step end together): the max-min
-    # rates are computed once and looked up for the other 29 steps
-    assert a.rate_updates == b.rate_updates == 1
-    # 31 events (the start, 30 step ends), and the load log one interval: no step changed the allocation
-    assert a.events == b.events == 2 * 15 + 1
-    assert len(a.edges_s) == 2 and a.edges_s[-1] == pytest.approx(a.job_end_s[0])
+    for replay in (False, True):
+        monkeypatch.setattr(executor, "PHASE_REPLAY", replay)
+        _, a = run("dual-plane-16", [Job(small, one_rank_per_host(fab, 16))])
+        _, b = run("dual-plane-16", [Job(large, one_rank_per_host(fab, 16))])
+        assert b.job_time_s[0] == pytest.approx(a.job_time_s[0] * 1024, rel=1e-6)
+        # every ring step has the same connections active (all flows of a step end together): the
+        # max-min rates are computed once and looked up for the other 29 steps
+        assert a.rate_updates == b.rate_updates == 1
+        # every step simulated: 31 events (the start, 30 step ends); with phase replays (the DAG's own
+        # dependencies, no lockstep): the start, the first step's end (it delivers all at one instant,
+        # and every step waits for the one before), and one event for the 29 steps replayed from it.
+        # The load log is one interval either way: no step changed the allocation.
+        assert a.events == b.events == (3 if replay else 2 * 15 + 1)
+        assert a.phases_replayed == b.phases_replayed == (29 if replay else 0)
+        assert len(a.edges_s) == 2 and a.edges_s[-1] == pytest.approx(a.job_end_s[0])
 
 
 @pytest.mark.parametrize("share", [1.0, 0.9, 0.5])
@@ -674,6 +682,27 @@ def test_a_lockstep_ring_takes_as_long_as_its_dag_with_fewer_rate_computations_u
     assert fewer >= 3
 
 
+def _with_and_without_replays(monkeypatch, topo, jobs, opts, events):
+    """The same run with every phase simulated and with phase replays: (every, replayed)."""
+    from fabric.flowsim import executor
+
+    results = {}
+    for replay in (False, True):
+        monkeypatch.setattr(executor, "PHASE_REPLAY", replay)
+        results[replay] = run(topo, jobs, options=opts, link_events=events)[1]
+    assert results[False].phases_replayed == 0
+    return results[False], results[True]
+
+
+def _assert_same_run(every, replayed, drift_s, drift_bytes):
+    """Every transfer's start and end, every job's end, every link's bytes and the log's end alike."""
+    assert replayed.transfer_start_s == pytest.approx(every.transfer_start_s, rel=1e-9, abs=drift_s)
+    assert replayed.transfer_end_s == pytest.approx(every.transfer_end_s, rel=1e-9, abs=drift_s)
+    assert replayed.job_end_s == pytest.approx(every.job_end_s, rel=1e-9, abs=drift_s)
+    assert replayed.link_bytes() == pytest.approx(every.link_bytes(), rel=1e-9, abs=drift_bytes)
+    assert replayed.edges_s[-1] == pytest.approx(every.edges_s[-1], rel=1e-9, abs=drift_s)
+
+
 @pytest.mark.parametrize("case", ["alone", "uneven sizes", "overheads", "link down and up", "second job"])
 def test_replayed_lockstep_phases_give_the_times_and_loads_of_simulating_every_phase(monkeypatch, case):
     # a ring all-reduce over 16 ranks ordered across leaves, on pyramid-16 with hashed ports (ECMP
@@ -683,8 +712,6 @@ def test_replayed_lockstep_phases_give_the_times_and_loads_of_simulating_every_p
     # the steps whose pairs carry the same sizes. Every transfer's start and end, every job's, and
     # every link's bytes must be those of simulating every phase, also when a link event, overheads
     # or a second job fall inside phases (those are simulated)
-    from fabric.flowsim import executor
-
     fab = topofile.load("pyramid-16")
     order = [q * 4 + r for r in range(4) for q in range(4)]
     size = 7_999_999 if case == "uneven sizes" else 8_000_000
@@ -698,23 +725,120 @@ def test_replayed_lockstep_phases_give_the_times_and_loads_of_simulating_every_p
     if case == "second job":
         jobs.append(Job(schedule("all_to_all", 2_000_000, list(range(8)), "pairwise"), one_rank_per_host(fab, 8),
                         start_s=3e-4))
-    results = {}
-    for replay in (False, True):
-        monkeypatch.setattr(executor, "PHASE_REPLAY", replay)
-        results[replay] = run("pyramid-16", jobs, options=opts, link_events=events)[1]
-    every, replayed = results[False], results[True]
-    assert every.phases_replayed == 0
+    every, replayed = _with_and_without_replays(monkeypatch, "pyramid-16", jobs, opts, events)
     if case in ("alone", "uneven sizes"):
         assert replayed.phases_replayed == 2 * 15 - 1 and replayed.events < every.events / 2
     else:
         assert replayed.phases_replayed >= 1
-    drift_s = 30 * opts.resolution_s if case == "uneven sizes" else 1e-15
-    assert replayed.transfer_start_s == pytest.approx(every.transfer_start_s, rel=1e-9, abs=drift_s)
-    assert replayed.transfer_end_s == pytest.approx(every.transfer_end_s, rel=1e-9, abs=drift_s)
-    assert replayed.job_end_s == pytest.approx(every.job_end_s, rel=1e-9, abs=drift_s)
-    drift_bytes = 29 * 16 if case == "uneven sizes" else 1e-3
-    assert replayed.link_bytes() == pytest.approx(every.link_bytes(), rel=1e-9, abs=drift_bytes)
-    assert replayed.edges_s[-1] == pytest.approx(every.edges_s[-1], rel=1e-9, abs=drift_s)
+    uneven = case == "uneven sizes"
+    _assert_same_run(every, replayed, 30 * opts.resolution_s if uneven else 1e-15, 29 * 16 if uneven else 1e-3)
+
+
+def _loose_ring(size):
+    """Four alike phases of a 4-rank ring (0 -> 1, 1 -> 2, 2 -> 3, 3 -> 0, each transfer of phase q + 1
+    after its left neighbour's of phase q), except that phase 3's first transfer depends on phase 1's
+    last only: it may begin when phase 1 ends, beside phase 2 (the DAG is not tight from phase 3)."""
+    transfers = []
+    for q in range(4):
+        for i in range(4):
+            deps = () if q == 0 else ((q - 1) * 4 + (i - 1) % 4,)
+            if (q, i) == (3, 0):
+                deps = (1 * 4 + 3,)
+            transfers.append(Transfer(i, (i + 1) % 4, size, deps=deps, phase=q))
+    return TransferDag(tuple(transfers), (0, 1, 2, 3))
+
+
+def _joined_steps(size):
+    """On leaf-spine-16, ranks on h0..h4: phase 0 and phase 1 alike, 0 -> 1 and 0 -> 2 (sharing h0's
+    NIC, 200 G each) and 3 -> 4 (400 G alone), so each delivers at two instants; every transfer of
+    phase 1 waits for all of phase 0 (nothing begins while phase 0 runs); phase 2 (twice the size)
+    follows phase 1 pair by pair: its 3 -> 4 may begin when phase 1's does, halfway through it."""
+    pairs = ((0, 1), (0, 2), (3, 4))
+    transfers = [Transfer(a, b, size) for a, b in pairs]
+    transfers += [Transfer(a, b, size, deps=(0, 1, 2), phase=1) for a, b in pairs]
+    transfers += [Transfer(a, b, 2 * size, deps=(3 + i,), phase=2) for i, (a, b) in enumerate(pairs)]
+    return TransferDag(tuple(transfers), (0, 1, 2, 3, 4))
+
+
+@pytest.mark.parametrize("case", ["planned ring", "hashed ring", "overheads", "per-hop overheads",
+                                  "link down and up", "second job", "uneven sizes", "hierarchical",
+                                  "not tight", "two instants"])
+def test_replayed_phases_without_lockstep_give_the_times_and_loads_of_simulating_every_phase(monkeypatch, case):
+    # Without lockstep a phase is replayed only where the DAG itself makes it run alone: its watched
+    # twin delivered every transfer at one instant, and every later phase waits for the one before it
+    # (`_Template.tight_from`). A ring over 16 ranks ordered across leaves, on dual-plane-16 with
+    # planned source ports (every flow of a step at one rate: all but the first step replayed), on
+    # pyramid-16 with hashed ones (collisions: steps drift apart), with overheads, a link event or a
+    # second job inside it, uneven chunks, the hierarchical form, and a DAG that is not tight (a
+    # transfer that may begin a phase early). Every transfer's start and end, every job's end and
+    # every link's bytes must be those of simulating every phase.
+    topo = {"hashed ring": "pyramid-16", "two instants": "leaf-spine-16"}.get(case, "dual-plane-16")
+    fab = topofile.load(topo)
+    order = [q * 4 + r for r in range(4) for q in range(4)]
+    size = 7_999_999 if case == "uneven sizes" else 8_000_000
+    dag = schedule("all_reduce", size, order, "ring")
+    if case == "hierarchical":
+        dag = schedule("all_reduce", size, list(range(16)), "hierarchical",
+                       groups=[list(range(g * 4, g * 4 + 4)) for g in range(4)])
+    if case == "not tight":
+        dag = _loose_ring(size)
+    if case == "two instants":
+        dag = _joined_steps(size)
+    jobs = [Job(dag, one_rank_per_host(fab, len(dag.ranks)))]
+    events: list[LinkEvent] = []
+    opts = SimOptions(ports="hashed" if case == "hashed ring" else "planned", seed=1)
+    if case == "overheads":
+        opts = dataclasses.replace(opts, per_transfer_s=20e-6)
+    if case == "per-hop overheads":
+        opts = dataclasses.replace(opts, per_transfer_s=20e-6, per_hop_s=1e-6)
+    if case == "link down and up":
+        events = [LinkEvent(2e-4, "leafA0", 1), LinkEvent(5e-4, "leafA0", 1, up=True)]
+    if case == "second job":
+        jobs.append(Job(schedule("all_to_all", 2_000_000, list(range(8)), "pairwise"), one_rank_per_host(fab, 8),
+                        start_s=3e-4))
+    every, replayed = _with_and_without_replays(monkeypatch, topo, jobs, opts, events)
+    if case in ("planned ring", "overheads", "uneven sizes"):
+        assert replayed.phases_replayed == 2 * 15 - 1 and replayed.events < every.events / 5
+    elif case in ("link down and up", "second job", "hierarchical"):
+        assert replayed.phases_replayed >= 1
+    elif case == "not tight":
+        # phase 0 is watched, phase 1 begins alone, but phase 3 is loose: from phase 1 on none replayed
+        assert replayed.phases_replayed == 0
+        assert every.transfer_start_s[12] == pytest.approx(every.transfer_end_s[7])  # 3/0 after 1/3
+        assert every.transfer_start_s[12] < every.transfer_end_s[8]  # ... beside phase 2
+    elif case == "two instants":
+        # phase 0 ran alone but delivered at two instants: not replayed from, as phase 2's 3 -> 4
+        # begins inside phase 1 (at its own dependency's delivery)
+        assert replayed.phases_replayed == 0
+        assert every.transfer_start_s[8] == pytest.approx(every.transfer_end_s[5])
+        assert every.transfer_start_s[8] < every.transfer_end_s[3]
+    uneven = case == "uneven sizes"
+    _assert_same_run(every, replayed, 30 * opts.resolution_s if uneven else 1e-15, 29 * 16 if uneven else 1e-3)
+
+
+def test_the_tight_phases_of_a_dag_are_worked_out_from_its_dependencies():
+    from fabric.flowsim.executor import _Template
+
+    fab = topofile.load("dual-plane-16")
+    host_index = {h.name: i for i, h in enumerate(fab.hosts)}
+
+    def tight_from(dag):
+        return _Template.of(Job(dag, one_rank_per_host(fab, len(dag.ranks))), fab, host_index).tight_from
+
+    assert tight_from(schedule("all_reduce", 1_000_000, list(range(8)), "ring")) == 0
+    assert tight_from(_loose_ring(1000)) == 3
+    # two independent chains: phase 1 of the second depends on nothing in phase 0
+    two = TransferDag((Transfer(0, 1, 10), Transfer(1, 0, 10, deps=(0,), phase=1), Transfer(2, 3, 10, phase=1)),
+                      (0, 1, 2, 3))
+    assert tight_from(two) == 1
+    # phases out of order along the transfers (the general path): phase 2 waits for phase 0 only
+    mixed = TransferDag((Transfer(0, 1, 10), Transfer(1, 2, 10, deps=(0,), phase=2),
+                         Transfer(1, 0, 10, deps=(0,), phase=1)), (0, 1, 2))
+    assert tight_from(mixed) == 2
+    # two chains, phases 0, 1, 0, 1 along the transfers: tight
+    mixed = TransferDag((Transfer(0, 1, 10), Transfer(1, 0, 10, deps=(0,), phase=1), Transfer(2, 3, 10),
+                         Transfer(3, 2, 10, deps=(2,), phase=1)), (0, 1, 2, 3))
+    assert tight_from(mixed) == 0
 
 
 def test_cut_through_begins_with_what_it_depends_on_queues_per_pair_and_delivers_after_it():

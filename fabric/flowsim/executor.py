@@ -40,7 +40,11 @@ rates and events, shifted in time. The first such phase is simulated event by ev
 later one with the same routing version, pairs and sizes, beginning with no other flow active and no
 timed event due before it would end, is replayed: its transfers delivered at the watched phase's
 times and its load intervals logged again, in one event. Anything else (another job, a link event,
-congestion polling) and the phase is simulated.
+congestion polling) and the phase is simulated. Without lockstep the same replay applies where the
+DAG's own dependencies make a phase run alone: its watched twin delivered everything at one instant,
+and every later phase waits for the one before it (`_Template.tight_from`); a ring whose flows all
+get one rate (planned source ports) is such a DAG, one with ECMP collisions drifts apart and is
+simulated step by step.
 
 Congestion moves (`SimOptions.poll_s` > 0, for a policy that reacts to loads): every `poll_s` while
 flows run, the policy's `on_loads` gets the current rate of every switch egress link and of every
@@ -191,7 +195,7 @@ def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, opti
 
 #: phase replays (lockstep) kept at most, by total transfers held
 PHASE_MEMO_TRANSFERS = 4_000_000
-#: replay lockstep phases that repeat an earlier one (`_Run._phase_replay`); off: every phase simulated
+#: replay phases that repeat an earlier one (`_Run._phase_replay`); off: every phase simulated
 PHASE_REPLAY = True
 #: a phase's sizes are looked up by size >> this (a ring's chunks differ by a byte from step to step);
 #: a match must then be within the resolution (`_Run._phase_replay`)
@@ -333,6 +337,28 @@ class _Template:
             first_of_phase = self.phase_members[1]
             return bool((last_dep < first_of_phase[ph[has]]).all())
         return bool((ph[self.succ] > np.repeat(ph, self.succ_count)).all())
+
+    @functools.cached_property
+    def tight_from(self) -> int:
+        """The first phase p such that every transfer of every later phase depends on a transfer of
+        the phase just before its own (a ring's steps: step s + 1 waits for step s). Without lockstep a
+        phase replay needs it from its phase on (`_Run._phase_replay`): then a phase that delivers all
+        at one instant makes exactly the next phase ready, all of it, and nothing else."""
+        ph = self.phase_of
+        dep, dep_ptr = self.cols.dep, self.cols.dep_ptr
+        has_prev = np.zeros(ph.size, dtype=np.bool_)
+        if dep.size and self.phases_in_order and self.phases_closed:
+            # (as in `phases_closed`) every dependency is in an earlier phase, and with phases in order
+            # one is in the phase just before exactly when the latest is: at or after its first transfer
+            has = self.dep_count > 0
+            last_dep = np.maximum.reduceat(dep, dep_ptr[:-1][has])
+            before = np.maximum(ph[has] - 1, 0)
+            has_prev[has] = last_dep >= self.phase_members[1][before]
+        elif dep.size:
+            owner = np.repeat(np.arange(ph.size, dtype=np.intp), np.diff(dep_ptr))
+            has_prev[owner[ph[dep] == ph[owner] - 1]] = True
+        loose = ph[(ph > 0) & ~has_prev]
+        return int(loose.max()) if loose.size else 0
 
     @classmethod
     def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
@@ -545,7 +571,7 @@ class _Run:
                 g = self._deliver(g)
             if not g.size:
                 continue
-            if phased and self.opts.lockstep and PHASE_REPLAY:
+            if phased and PHASE_REPLAY:
                 self.watch = None  # whatever was watched no longer runs alone
                 if self._phase_replay(g):
                     continue
@@ -775,13 +801,20 @@ class _Run:
 
     # ---- phase replays (lockstep) ----------------------------------------------------------------
     def _phase_replay(self, g: IntArray) -> bool:
-        """Lockstep: transfers `g` begin now. If they are one whole phase of one job, beginning on an
-        idle fabric (no other flow, no congestion polling), the phase runs as any identical phase
-        before it ran: same routing version, same host pairs, same sizes (so the same flows, rates,
-        events and deliveries, shifted in time). A ring's steps are such phases: the first is
-        simulated event by event and watched (`_PhaseWatch`), the others are replayed from it in one
-        timed event (`_phase_replayed`), unless some other event falls inside the phase. Returns True
-        if the phase is replayed."""
+        """Transfers `g` begin now. If they are one whole phase of one job, beginning on an idle
+        fabric (no other flow, no congestion polling), the phase runs as any identical phase before it
+        ran: same routing version, same host pairs, same sizes (so the same flows, rates, events and
+        deliveries, shifted in time). A ring's steps are such phases: the first is simulated event by
+        event and watched (`_PhaseWatch`), the others are replayed from it in one timed event
+        (`_phase_replayed`), unless some other event falls inside the phase. Returns True if the phase
+        is replayed.
+
+        Without lockstep (the DAG's own dependencies), a phase is replayed only from a watched run
+        that delivered every transfer at one instant (`_watch_delivered`), and only where every later
+        phase is tight (`_Template.tight_from`): then nothing begins while it runs, and when it ends
+        exactly the next phase begins, all of it, as under lockstep. A ring whose flows all get the
+        same rate (planned source ports) is such a DAG; where they do not, its steps drift apart and
+        are all simulated."""
         if self.f_conn.size or self.poll_s > 0:
             return False
         of = self.t_job[g]
@@ -795,6 +828,8 @@ class _Run:
         p = int(phase[0])
         pair = self.t_pair[g]
         if g.size != tpl.phase_size[p] or not bool((phase == p).all()) or bool((pair < 0).any()):
+            return False
+        if not self.opts.lockstep and p < tpl.tight_from:
             return False
         g, key = self._phase_key(g)
         run = self.phase_memo.get(key)
@@ -813,7 +848,7 @@ class _Run:
         # same timed event, up to the first that differs or would end after the next other event.
         order, ptr = tpl.phase_members
         base = self.base[job]
-        held = self.held[job]
+        held = self.held.get(job, {})
         q = p + 1
         while q + 1 < ptr.size and end_s + run.duration_s < next_event_s and ptr[q + 1] - ptr[q] == g.size:
             h, key_q = self._phase_key(order[ptr[q]:ptr[q + 1]] + base)
@@ -854,6 +889,15 @@ class _Run:
         self.phases_replayed += len(chain)
         g = np.concatenate([g for g, _ in chain])
         self._begin(self._deliver(g, np.concatenate([start_s + run.end_off_s for _, start_s in chain])))
+
+    def _watch_delivered(self, g: IntArray) -> None:
+        """Without lockstep: transfers `g` are delivered now while a phase is watched. The watch is
+        kept (`_watched_phase_done`) only if they are the whole watched phase, delivered at one
+        instant; anything else ends it."""
+        w = self.watch
+        if w is not None and g.size == w.g.size and bool((np.sort(g) == np.sort(w.g)).all()):
+            self._watched_phase_done()
+        self.watch = None
 
     def _watched_phase_done(self) -> None:
         """The watched phase has delivered its last transfer: remember what it did."""
@@ -935,6 +979,8 @@ class _Run:
             self._deliver_ct(g)
             return np.zeros(0, dtype=np.intp)
         self.end_s[g] = self.now if end_s is None else end_s
+        if self.watch is not None and not self.opts.lockstep:
+            self._watch_delivered(g)
         groups = self._by_job(g)
         ready = []
         for job, mine in groups:
