@@ -31,12 +31,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="flow-statistics interval at decision points upstream of a hot link (default 250)")
     ap.add_argument("--fast-flow-ms", type=float, default=1000.0,
                     help="after a link turns hot, ask the decision points that could relieve it for flow "
-                         "statistics every 50 ms for this long (default 1000: OVS refreshes userspace flow "
+                         "statistics every --fast-flow-poll-ms for this long (default 1000: OVS refreshes userspace flow "
                          "counters every ~500 ms, and the first reply may not show flows that just started); 0 disables")
+    ap.add_argument("--fast-flow-poll-ms", type=float, default=20.0,
+                    help="the interval of those fast flow-statistics requests (default 20; as long as "
+                         "--stats-nudge-ms, each goes with the nudge for the next)")
     ap.add_argument("--stats-nudge-ms", type=float, default=20.0,
                     help="send those fast flow-statistics requests this long after a flow-table change that "
                          "makes OVS refresh its flow counters at once (re-adding a flow no packet reaches); "
                          "0: ask at once, on counters up to ~500 ms old (default 20)")
+    ap.add_argument("--warm-nudge", action=argparse.BooleanOptionalAction, default=True,
+                    help="nudge the decision points that could relieve a link as soon as it turns warm (at "
+                         "--cool-util), so that when it turns hot their flow-statistics request needs no "
+                         "further wait (default: on)")
     ap.add_argument("--flow-window-ms", type=float, default=1000.0,
                     help="shortest span for per-slot rates from flow counters (default 1000: OVS refreshes "
                          "userspace flow counters only every few hundred ms)")
@@ -70,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--port-window-ms must be >= 0")
     if args.fast_flow_ms < 0 or args.stats_nudge_ms < 0:
         ap.error("--fast-flow-ms and --stats-nudge-ms must be >= 0")
+    if args.fast_flow_poll_ms <= 0:
+        ap.error("--fast-flow-poll-ms must be > 0")
     if args.precompute_s < 0:
         ap.error("--precompute-s must be >= 0")
 
@@ -90,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             rate_scale=args.mbps_per_gbps * 1e6 / 1e9,
             flow_window_s=args.flow_window_ms / 1000,
             port_window_s=args.port_window_ms / 1000,
+            warm_nudge=args.warm_nudge,
             gray=GrayConfig(period_s=gray_period_s, loss=args.gray_loss, busy_util=args.gray_busy_util,
                             # the default schedule within a period, squeezed into a shorter one
                             settle_s=GrayConfig.settle_s * gray_scale, burst_s=GrayConfig.burst_s * gray_scale),
@@ -105,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     tune_gc()  # after precomputing: what it made is frozen too
     configure(AppConfig(core, PollConfig(poll_s=args.poll_ms / 1000, flow_poll_s=args.flow_poll_ms / 1000,
                                          hot_flow_poll_s=args.hot_flow_poll_ms / 1000,
+                                         urgent_flow_poll_s=args.fast_flow_poll_ms / 1000,
                                          fast_flow_s=args.fast_flow_ms / 1000,
                                          nudge_lead_s=args.stats_nudge_ms / 1000),
                         rest_host=args.rest_host, rest_port=args.rest_port))

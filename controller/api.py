@@ -112,6 +112,10 @@ def create_app(state: ControllerState) -> tuple[Flask, CollectorRegistry]:
     def port_events() -> Any:
         return jsonify(state.port_events(request.args.get("limit", default=1000, type=int)))
 
+    @api.get("/api/congestion")
+    def congestion_steps() -> Any:
+        return jsonify(state.congestion_steps(request.args.get("limit", default=1000, type=int)))
+
     @api.get("/api/gray")
     def gray() -> Any:
         return jsonify(state.gray_events(request.args.get("limit", default=1000, type=int)))

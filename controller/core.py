@@ -44,7 +44,7 @@ import gc
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 from controller.gray import PROBE_ETH_TYPE, GrayChange, GrayConfig, GrayWatch
 from fabric.errors import RoutingError
@@ -190,6 +190,14 @@ def cover_switches(fabric: Fabric) -> list[str]:
     return sorted(chosen)
 
 
+class _Newcomer(NamedTuple):
+    """A slot that started sending while its windowed rate was 0 (`ControllerCore.newcomers`)."""
+    first_s: float  # the reading that first showed it sending
+    sent_bytes: int  # bytes since
+    since_s: float  # the reading before that one: it started after this
+    last_s: float  # the latest reading of its counters
+
+
 class ControllerCore:
     """The desired switch state and the reactions to events, for one fabric and one routing policy.
 
@@ -198,7 +206,7 @@ class ControllerCore:
     def __init__(self, fabric: Fabric, routing: str | type[RoutingPolicy] = "adaptive",
                  config: RouterConfig | None = None, *, rate_scale: float = 1.0, flow_window_s: float = 0.0,
                  port_window_s: float = 0.02, event_log_size: int = 10000,
-                 gray: GrayConfig | None = None) -> None:
+                 gray: GrayConfig | None = None, warm_nudge: bool = True) -> None:
         self.fabric = fabric
         self.table = PathTable(fabric)
         cls = load_policy(routing) if isinstance(routing, str) else routing
@@ -243,9 +251,17 @@ class ControllerCore:
         #: (`PollConfig.fast_flow_s`), as OVS refreshes the flow counters of its userspace datapath
         #: only every ~0.5 s, so the reply at once may not show the slots that just started yet
         self.turned_hot_s: dict[int, float] = {}
-        self._flow_seen: dict[tuple[str, object], int] = {}  # (switch, flow key) -> its last byte count
-        # slots that started sending while their windowed rate was 0: slot -> (when, bytes since)
-        self._newcomers: dict[tuple[str, str, int], tuple[float, int]] = {}
+        #: datapaths to nudge now (`nudge_flow`), ahead of an urgent request: the relievers of a link
+        #: that has just turned *warm* (utilisation at or above the cool threshold, not hot yet), so
+        #: the counters are fresh by the time it turns hot and the urgent request need not wait for
+        #: its own nudge's lead (`warm_nudge`; `PollConfig.nudge_valid_s`)
+        self.nudge_dpids: set[int] = set()
+        self.warm_nudge = warm_nudge
+        self._warm: set[tuple[str, int]] = set()
+        # (switch, flow key) -> its last byte count and when it was read
+        self._flow_seen: dict[tuple[str, object], tuple[int, float]] = {}
+        # slots that started sending while their windowed rate was 0
+        self._newcomers: dict[tuple[str, str, int], _Newcomer] = {}
         self.decision_observers: list[Callable[[float], None]] = []
         self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx) bytes
         # gray failures: every switch-to-switch link probed (`controller.gray`); a link that is gray
@@ -257,6 +273,11 @@ class ControllerCore:
         self._port_down: set[tuple[str, int]] = set()
         #: port state changes as they reached the controller: (time_s, switch, port, up)
         self.port_log: deque[tuple[float, str, int, bool]] = deque(maxlen=event_log_size)
+        #: the congestion detector's steps, for a timeline: (time_s, step, switch, port or None), the
+        #: steps being a link turning `warm` or `hot` (switch, port: its sending end), and per switch a
+        #: `nudge` sent, a flow-statistics `request` (`urgent_request` when a hot link waits on it) and
+        #: its `reply` complete; the moves themselves are in `events`
+        self.congestion_log: deque[tuple[float, str, str, int | None]] = deque(maxlen=event_log_size)
         self.last_slot_rates_bps: dict[tuple[str, str, int], float] = {}
 
     @property
@@ -534,24 +555,31 @@ class ControllerCore:
         return rates
 
     def _note_activity(self, slot: tuple[str, str, int], flow: tuple[str, object], n_bytes: int, now: float) -> None:
-        before = self._flow_seen.get(flow)
-        self._flow_seen[flow] = n_bytes
-        if before is None or n_bytes <= before:
+        seen = self._flow_seen.get(flow)
+        self._flow_seen[flow] = (n_bytes, now)
+        if seen is None or n_bytes <= seen[0]:
             return
+        before, read_s = seen
         got = self._newcomers.get(slot)
-        if got is not None and now - got[0] < self.slot_rates.min_window_s:
-            self._newcomers[slot] = (got[0], got[1] + n_bytes - before)
+        if got is not None and now - got.first_s < self.slot_rates.min_window_s:
+            self._newcomers[slot] = _Newcomer(got.first_s, got.sent_bytes + n_bytes - before, got.since_s, now)
         elif self.last_slot_rates_bps.get(slot, 0.0) == 0.0:
-            self._newcomers[slot] = (now, n_bytes - before)
+            # it started after the reading before this one
+            self._newcomers[slot] = _Newcomer(now, n_bytes - before, read_s, now)
 
     def newcomers(self, now: float) -> dict[tuple[str, str, int], int]:
         """Slots that started sending less than `flow_window_s` ago -> bytes they sent since."""
         if not self._newcomers:
             return {}
         window_s = self.slot_rates.min_window_s
-        for slot in [k for k, (t, _) in self._newcomers.items() if now - t >= window_s]:
+        for slot in [k for k, c in self._newcomers.items() if now - c.first_s >= window_s]:
             del self._newcomers[slot]
-        return {k: n for k, (_, n) in self._newcomers.items()}
+        return {k: c.sent_bytes for k, c in self._newcomers.items()}
+
+    def newcomer_spans_s(self) -> dict[tuple[str, str, int], float]:
+        """The time over which each newcomer sent its bytes (`newcomers`): from the last reading
+        of its counters before it was first seen sending to the latest."""
+        return {k: c.last_s - c.since_s for k, c in self._newcomers.items()}
 
     def on_loads(self, port_rates_bps: dict[tuple[str, int], float], now: float) -> list[Changes]:
         """New port rates: the policy decides at once, with the last known slot rates however old
@@ -561,13 +589,34 @@ class ControllerCore:
         started = time.perf_counter()
         p = self.policy
         was_hot = set(p.hot_links())
-        moves = p.on_loads(port_rates_bps, self.last_slot_rates_bps, now, self.newcomers(now))
-        for link in p.hot_links():
+        moves = p.on_loads(port_rates_bps, self.last_slot_rates_bps, now, self.newcomers(now), self.newcomer_spans_s())
+        hot = p.hot_links()
+        for link in hot:
             if link not in was_hot:
                 relievers = self._relievers(link)
                 self.urgent_flow_dpids |= relievers
                 self.turned_hot_s.update(dict.fromkeys(relievers, now))
+                self.congestion_log.append((now, "hot", link[0], link[1]))
+        if self.warm_nudge:
+            self._note_warm(port_rates_bps, hot, now)
         return self._apply(moves, started)
+
+    def _note_warm(self, port_rates_bps: dict[tuple[str, int], float], hot: tuple[tuple[str, int], ...],
+                   now: float) -> None:
+        """Links of this sample that have just turned warm (smoothed utilisation at or above the
+        policy's `cool_util`, not hot): their relievers go into `nudge_dpids`. Once per rise: a link
+        stays warm until it cools below that or turns hot."""
+        p = self.policy
+        warm_util = p.config.cool_util
+        for link in port_rates_bps:
+            if not p.has_link(link):
+                continue
+            if link in hot or p.rate_bps(link) < warm_util * p.capacity_bps(link):
+                self._warm.discard(link)
+            elif link not in self._warm:
+                self._warm.add(link)
+                self.nudge_dpids |= self._relievers(link)
+                self.congestion_log.append((now, "warm", link[0], link[1]))
 
     def on_slot_rates(self, now: float) -> list[Changes]:
         """New slot rates arrived (a flow-statistics reply): while a link is hot, decide on them now
@@ -575,7 +624,8 @@ class ControllerCore:
         if not self.policy.hot_links():
             return []
         started = time.perf_counter()
-        return self._apply(self.policy.on_loads({}, self.last_slot_rates_bps, now, self.newcomers(now)), started)
+        return self._apply(self.policy.on_loads({}, self.last_slot_rates_bps, now, self.newcomers(now),
+                                                self.newcomer_spans_s()), started)
 
     def on_manual_move(self, switch: str, dest: str, slot: int, port: int, now: float) -> list[Changes]:
         """An operator puts one slot on a chosen next hop (a planned, lossless move) and pins it there

@@ -91,6 +91,15 @@ class ControllerState:
                 for t, sw, port, up in log]
         return rows[-limit:] if limit > 0 else []
 
+    def congestion_steps(self, limit: int) -> list[dict[str, Any]]:
+        """The congestion detector's steps (links turning warm or hot, nudges, flow-statistics requests
+        and replies), newest last: with the moves in `events`, a timeline of each reaction."""
+        with self._lock:
+            log = list(self._core.congestion_log)
+        rows = [{"time_s": t, "wall_time": self._wall(t), "step": step, "switch": sw, "port": port}
+                for t, step, sw, port in log]
+        return rows[-limit:] if limit > 0 else []
+
     def gray_events(self, limit: int) -> list[dict[str, Any]]:
         """Gray-failure verdicts (a link turned gray or healed), newest last."""
         with self._lock:

@@ -12,7 +12,11 @@ link downstream), and at once when a link downstream has just turned hot (the co
 every `urgent_flow_poll_s` for `fast_flow_s` after that (OVS refreshes its userspace datapath's flow
 counters only every ~0.5 s: the first reply may not show the slots that just started). Each of these
 urgent and fast requests follows `nudge_lead_s` after a nudge (`ControllerCore.nudge_flow`: the flow
-table changes, so OVS refreshes the counters at once), so it reads counters milliseconds old. A request
+table changes, so OVS refreshes the counters at once), so it reads counters milliseconds old. The
+nudge for the next fast request goes `nudge_lead_s` ahead of its turn (with the request before it,
+when the interval is as long as the lead), so the fast requests keep their pace. A switch
+that could relieve a link that has just turned warm is nudged at once (`ControllerCore.nudge_dpids`),
+so when that link turns hot its urgent request waits only for what is left of that nudge's lead. A request
 still unanswered is not repeated until `reply_timeout_s` has passed, so a slow switch is not buried
 under requests. Gray-failure probing (`controller.gray`): early in each period a probe out of each
 of the switch's live switch-to-switch ports at every poll until `probes` have gone, and `settle_s`
@@ -27,6 +31,7 @@ switch. Transaction ids are this object's own (matched together with the reply's
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -47,16 +52,21 @@ class PollConfig:
     poll_s: float = 0.01  # port statistics, every switch
     flow_poll_s: float = 1.0  # ECMP flow statistics, every decision point (background)
     hot_flow_poll_s: float = 0.25  # ... and this often where a link is hot
-    urgent_flow_poll_s: float = 0.05  # ... and at once where one turns hot, if none was asked this recently,
+    urgent_flow_poll_s: float = 0.02  # ... and at once where one turns hot, if none was asked this recently,
     fast_flow_s: float = 1.0  # ... then this often for this long (a flow counter refresh, ~0.5 s in OVS)
     reply_timeout_s: float = 1.0  # re-ask after this long without a reply
     #: an urgent or fast flow request goes this long after a nudge (0: no nudge, asked at once): the
     #: time OVS's revalidators take to bring the flow counters up to date after the flow table changed
     nudge_lead_s: float = 0.02
+    #: ... or sooner, if a nudge went at most this long ago (the early nudge at a link that turned warm,
+    #: `ControllerCore.nudge_dpids`): then the request waits only for the rest of that nudge's lead
+    nudge_valid_s: float = 0.05
 
     def __post_init__(self) -> None:
         if self.nudge_lead_s < 0:
             raise ValueError(f"nudge_lead_s must be >= 0, got {self.nudge_lead_s}")
+        if self.nudge_valid_s < self.nudge_lead_s:
+            raise ValueError(f"nudge_valid_s ({self.nudge_valid_s}) must be >= nudge_lead_s ({self.nudge_lead_s})")
 
 
 @dataclass
@@ -86,7 +96,7 @@ class DatapathSync:
     _port_poll: _Pending = field(default_factory=_Pending)
     _flow_poll: _Pending = field(default_factory=_Pending)
     _probe_poll: _Pending = field(default_factory=_Pending)
-    _nudged_s: float | None = None  # when the nudge for the next urgent flow request went
+    _nudged_s: float | None = None  # when the last nudge went, if no flow request has gone since
     _probe_counts: dict[int, int] = field(default_factory=dict)
     last_gray: list[GrayChange] = field(default_factory=list)  # verdicts of the last probe reading
     last_resync: tuple[int, int, int, int] | None = None  # groups sent, flows added, modified, deleted
@@ -176,15 +186,33 @@ class DatapathSync:
         # `urgent_flow_poll_s`
         flow_every_s = cfg.urgent_flow_poll_s if urgent else cfg.hot_flow_poll_s if hot else cfg.flow_poll_s
         gray, name = self.core.gray, self.core.switch_name(self.dpid)
-        if self.dpid in self.core.decision_dpids and self._ready(self._flow_poll, flow_every_s, now):
-            lead_s, nudged_s = (cfg.nudge_lead_s if urgent else 0.0), self._nudged_s
-            if lead_s and nudged_s is None and name is not None:
-                self._nudged_s = now
+        # how long ago the last nudge went (if no flow request has gone since); fresh: a request may use it
+        nudge_age_s = math.inf if self._nudged_s is None else now - self._nudged_s
+        if self.dpid in self.core.nudge_dpids:
+            # an early nudge (a link this switch could relieve turned warm), unless one is fresh already
+            self.core.nudge_dpids.discard(self.dpid)
+            if cfg.nudge_lead_s and name is not None and nudge_age_s > cfg.nudge_valid_s:
+                self._nudged_s, nudge_age_s = now, 0.0
                 out.append((self.dpid, ofmsg.flow_mod(self.core.nudge_flow(name))))
-            elif not lead_s or nudged_s is None or now - nudged_s >= lead_s:
+                self.core.congestion_log.append((now, "nudge", name, None))
+        if self.dpid in self.core.decision_dpids:
+            lead_s = cfg.nudge_lead_s if urgent and name is not None else 0.0
+            fresh = nudge_age_s <= cfg.nudge_valid_s
+            if (not lead_s or (fresh and nudge_age_s >= lead_s)) and self._ready(self._flow_poll, flow_every_s, now):
                 self._nudged_s = None
                 self.core.urgent_flow_dpids.discard(self.dpid)
                 out.append((self.dpid, self._ask(self._flow_poll, ofmsg.ecmp_flows_request(), now)))
+                if name is not None:
+                    self.core.congestion_log.append((now, "urgent_request" if urgent else "request", name, None))
+                # still urgent (the fast requests after a link turned hot): the next one's nudge may be due now
+                fresh, urgent = False, now - self.core.turned_hot_s.get(self.dpid, float("-inf")) < cfg.fast_flow_s
+            if urgent and name is not None and cfg.nudge_lead_s and not fresh \
+                    and now - self._flow_poll.sent_s >= flow_every_s - cfg.nudge_lead_s:
+                # the nudge goes its lead ahead of the request's turn (with a request, if the lead is as
+                # long as the interval), so the fast requests keep their pace
+                self._nudged_s = now
+                out.append((self.dpid, ofmsg.flow_mod(self.core.nudge_flow(name))))
+                self.core.congestion_log.append((now, "nudge", name, None))
         if gray.config.enabled and name is not None:
             ports = gray.burst_due(name, now)
             if ports:
@@ -237,4 +265,9 @@ class DatapathSync:
         if not more and xid == self._flow_poll.xid:
             self._flow_poll.answered = True
         self.core.on_flow_counters(self.dpid, counters, now)
-        return [] if more else outgoing(self.core.on_slot_rates(now))
+        if more:
+            return []
+        name = self.core.switch_name(self.dpid)
+        if name is not None:
+            self.core.congestion_log.append((now, "reply", name, None))
+        return outgoing(self.core.on_slot_rates(now))

@@ -81,6 +81,22 @@ def test_port_changes_and_gray_verdicts_are_listed_and_a_gray_link_is_not_up():
     assert 'fabriclab_link_gray{port="4",switch="spineA0"} 1.0' in c.get("/metrics").get_data(as_text=True)
 
 
+def test_congestion_steps_are_listed_newest_last():
+    core, c = client()
+    leaf = core.fabric.switch_by_name["leafA0"].dpid
+    # leafA0's uplink 1 (40 Mbit/s, 5 MB/s at 1e-4) over 1/32 s steps at 80%, 95%, 100%: smoothed
+    # (weight 0.5) 32, 35 and 37.5 Mbit/s, i.e. warm (>= 0.7) at the first, hot (>= 0.9) at the third
+    step_s, n = 1 / 32, 0
+    core.on_port_counters(leaf, {1: (0, 0, 1.0)})
+    for i, share in enumerate((0.8, 0.95, 1.0), start=1):
+        n += int(5e6 * step_s * share)
+        core.on_loads(core.on_port_counters(leaf, {1: (n, 0, 1.0 + i * step_s)}), 1.0 + i * step_s)
+    rows = c.get("/api/congestion").get_json()
+    assert [(r["step"], r["switch"], r["port"], r["time_s"]) for r in rows] == [
+        ("warm", "leafA0", 1, 1.03125), ("hot", "leafA0", 1, 1.09375)]
+    assert [r["step"] for r in c.get("/api/congestion?limit=1").get_json()] == ["hot"]
+
+
 def test_metrics_expose_ports_utilisation_reroutes_and_decision_latency():
     core, c = client()
     dpid = core.fabric.switch_by_name["leafA0"].dpid

@@ -194,6 +194,38 @@ def test_a_newcomer_is_presumed_an_elephant_only_after_ten_full_size_packets():
     assert got[("leafA0", "leafA3", 2)] == pytest.approx(2 / 9 * UPLINK_BPS)
 
 
+def test_newcomers_share_their_pool_by_their_pace_not_by_their_bytes_alone():
+    # Slot 0 started 0.5 s ago and sent 500 kB (8 Mbit/s); slot 2 started within the last 20 ms
+    # (between two fast readings) and sent 17 kB (6.8 Mbit/s). No elephant is known on the full
+    # hot uplink, so the newcomers' pool is all of it, split 8 : 6.8 by their rates. By bytes alone
+    # slot 2 would get 17/517 of it, 3.3%: below the 5% of an elephant, so not moved while the link
+    # it just joined is overloaded.
+    fab, core, fake = bench()
+    p = core.policy
+    p.on_loads({UP1: UPLINK_BPS}, {}, 1.0)
+    s0, s2 = ("leafA0", "leafA3", 0), ("leafA0", "leafA3", 2)
+    rate = p.rate_bps(UP1)
+    got = p.presume_newcomers({}, {s0: 500_000, s2: 17_000}, {s0: 0.5, s2: 0.02})
+    assert got[s0] == pytest.approx(rate * 8 / 14.8) and got[s2] == pytest.approx(rate * 6.8 / 14.8)
+    by_bytes = p.presume_newcomers({}, {s0: 500_000, s2: 17_000})
+    assert by_bytes[s2] == pytest.approx(rate * 17 / 517) and by_bytes[s2] < p.config.min_move_share * UPLINK_BPS
+
+
+def test_a_newcomers_span_runs_from_the_reading_before_it_was_first_seen_sending():
+    fab, core, _ = bench()
+    dpid = fab.switch_by_name["leafA0"].dpid
+    f0, f2 = (core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 2))
+    s0, s2 = ("leafA0", "leafA3", 0), ("leafA0", "leafA3", 2)
+    core.on_flow_counters(dpid, [(f0, 0, 10.0), (f2, 0, 10.0)], 1.0)
+    core.on_flow_counters(dpid, [(f0, 400_000, 10.5), (f2, 0, 10.5)], 1.5)  # slot 0 started in (1.0, 1.5]
+    core.on_flow_counters(dpid, [(f0, 420_000, 10.52), (f2, 17_000, 10.52)], 1.52)  # slot 2 in (1.5, 1.52]
+    assert core.newcomers(1.52) == {s0: 420_000, s2: 17_000}
+    assert core.newcomer_spans_s() == {s0: pytest.approx(0.52), s2: pytest.approx(0.02)}
+    core.on_flow_counters(dpid, [(f0, 440_000, 10.55), (f2, 30_000, 10.55)], 1.55)
+    assert core.newcomers(1.55) == {s0: 440_000, s2: 30_000}
+    assert core.newcomer_spans_s() == {s0: pytest.approx(0.55), s2: pytest.approx(0.05)}
+
+
 def test_a_slot_is_a_newcomer_from_when_it_is_first_seen_sending_for_one_flow_window():
     fab, core, _ = bench()
     dpid = fab.switch_by_name["leafA0"].dpid

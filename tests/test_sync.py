@@ -4,6 +4,8 @@ already right, mends what differs; the poll schedule asks for statistics when du
 while a request is unanswered."""
 from __future__ import annotations
 
+import dataclasses
+
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
@@ -156,8 +158,8 @@ def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_t
     core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0)
     fake = FakeFabric(fab)
     leaf, _ = connect(core, fake, "leafA0")
-    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, reply_timeout_s=0.5,
-                             nudge_lead_s=0.0)
+    leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, urgent_flow_poll_s=0.05,
+                             reply_timeout_s=0.5, nudge_lead_s=0.0)
     cap_bytes = 400e9 * 1e-4 / 8
     flows = [core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 4)]
     # the background flow poll at 1.0 s: both slots idle
@@ -197,11 +199,12 @@ def test_a_link_turning_hot_asks_its_relievers_for_flow_statistics_at_once_and_t
     assert not core.urgent_flow_dpids
 
 
-def fast_polled_leaf(nudge_lead_s: float):
+def fast_polled_leaf(nudge_lead_s: float, warm_nudge: bool = True):
     """leaf-spine-16 at 1e-4 (leafA0's uplinks 40 Mbit/s), no gray probing, leafA0 connected and
     polled: ports every 10 ms, flows every 1 s, 0.25 s while hot, 50 ms for 1 s after a link turns hot."""
     fab = topofile.load("leaf-spine-16")
-    core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0, gray=GrayConfig(period_s=0))
+    core = ControllerCore(fab, "adaptive", rate_scale=1e-4, flow_window_s=1.0, gray=GrayConfig(period_s=0),
+                          warm_nudge=warm_nudge)
     fake = FakeFabric(fab)
     leaf, _ = connect(core, fake, "leafA0")
     leaf.config = PollConfig(poll_s=0.01, flow_poll_s=1.0, hot_flow_poll_s=0.25, urgent_flow_poll_s=0.05,
@@ -292,12 +295,104 @@ def test_fast_flow_requests_follow_a_nudge_that_changes_nothing_but_refreshes_th
     assert (mod.command, mod.table_id, mod.priority, mod.instructions) == (ofp.OFPFC_ADD, 2, 0, [])
     assert kinds(1.24, hot=True)[:2] == (0, 0)  # 10 ms after the nudge: not yet
     assert kinds(1.255, hot=True)[:2] == (0, 1)  # 20 ms after it
-    # the next fast request 50 ms later, again after a nudge
+    # the next fast requests every 50 ms after that one, each nudge sent its 20 ms lead ahead
     seen = [(round(t, 3), kinds(round(t, 3), hot=True)[:2]) for t in (1.265 + 0.01 * i for i in range(10))]
-    assert [(t, k) for t, k in seen if k != (0, 0)] == [(1.305, (1, 0)), (1.325, (0, 1))], seen
+    assert [(t, k) for t, k in seen if k != (0, 0)] == [(1.285, (1, 0)), (1.305, (0, 1)),
+                                                         (1.335, (1, 0)), (1.355, (0, 1))], seen
     # a second after the link turned hot: polls every 0.25 s, without nudges
     seen = [kinds(round(2.3 + 0.01 * i, 3), hot=True)[:2] for i in range(60)]
     assert seen.count((0, 1)) >= 2 and all(k in ((0, 0), (0, 1)) for k in seen), seen
+
+
+def _drive(leaf, fake, shares, t0=1.19):
+    """Port samples of leafA0's uplink 1 every 10 ms after `t0`, each carrying the given share of its
+    40 Mbit/s (5 MB/s) over the switch's step between samples (1/64 s, exact in binary, so every port
+    rate spans two steps: >= the 20 ms window), and after each what leafA0 sends then (nudges applied
+    to the fake, flow requests answered empty): time -> (nudges, flow requests, uplink hot)."""
+    step_s = 1 / 64
+    leaf.on_port_stats(-1, {1: (0, 0, 10.0)}, False, t0)
+    n, seen = 0, {}
+    for i, share in enumerate(shares, start=1):
+        t = round(t0 + 0.01 * i, 3)
+        n += int(5e6 * step_s * share)
+        leaf.on_port_stats(-1, {1: (n, 0, 10.0 + step_s * i)}, False, t)
+        hot = leaf.core.policy.hot_links() == (("leafA0", 1),)
+        out = leaf.due(t, hot=hot)
+        mods = [m for _, m in out if isinstance(m, parser.OFPFlowMod)]
+        flows = [m for _, m in out if isinstance(m, parser.OFPFlowStatsRequest)]
+        assert all(m.table_id == 2 for m in mods)
+        apply_out(fake, [(d, m) for d, m in out if isinstance(m, parser.OFPFlowMod)])
+        for m in flows:
+            leaf.on_flow_stats(m.xid, [], False, t)
+        seen[t] = (len(mods), len(flows), hot)
+    return seen
+
+
+def test_a_link_turning_warm_nudges_its_relievers_so_the_urgent_request_goes_as_it_turns_hot():
+    # The uplink carries 30% for 20 ms, then 100%. Port rates over 20 ms, smoothed with weight 0.5
+    # (worked by hand): 0.30 at 1.21, 0.475 at 1.22 (window 30%+100%), 0.7375 at 1.23 (>= the cool
+    # threshold 0.7: warm), 0.869 at 1.24, 0.934 at 1.25 (>= 0.9: hot). The warm link's reliever,
+    # leafA0, is nudged at 1.23; at 1.25 that nudge is 20 ms old (the lead) and fresh (<= 50 ms), so
+    # the urgent request goes at once, 20 ms before it would without the early nudge.
+    shares = [0.3, 0.3] + [1.0] * 7
+    # (Then the fast requests every 50 ms, each nudged 20 ms ahead: the next nudge at 1.28 with the
+    # early nudge, at 1.30, past the samples, without.)
+    for warm_nudge, expected in ((True, {1.23: (1, 0), 1.25: (0, 1), 1.28: (1, 0)}),
+                                 (False, {1.25: (1, 0), 1.27: (0, 1)})):
+        _, core, fake, leaf = fast_polled_leaf(nudge_lead_s=0.02, warm_nudge=warm_nudge)
+        req = next(m for _, m in leaf.due(1.0, hot=False) if isinstance(m, parser.OFPFlowStatsRequest))
+        leaf.on_flow_stats(req.xid, [], False, 1.0)  # the background poll; the next is due at 2.0
+        seen = _drive(leaf, fake, shares)
+        assert [t for t, (_, _, hot) in seen.items() if hot] == [1.25, 1.26, 1.27, 1.28], seen
+        assert {t: k[:2] for t, k in seen.items() if k[:2] != (0, 0)} == expected, (warm_nudge, seen)
+        # the controller's congestion timeline (`/api/congestion`) tells the same story, step by step
+        steps = [(t, step, sw, port) for t, step, sw, port in core.congestion_log if t > 1.19]
+        if warm_nudge:
+            story = [(1.23, "warm", "leafA0", 1), (1.23, "nudge", "leafA0", None), (1.25, "hot", "leafA0", 1),
+                     (1.25, "urgent_request", "leafA0", None), (1.25, "reply", "leafA0", None),
+                     (1.28, "nudge", "leafA0", None)]
+        else:
+            story = [(1.25, "hot", "leafA0", 1), (1.25, "nudge", "leafA0", None),
+                     (1.27, "urgent_request", "leafA0", None), (1.27, "reply", "leafA0", None)]
+        assert steps == story, steps
+
+
+def test_fast_requests_as_often_as_the_nudge_lead_carry_the_next_nudge_with_them():
+    # `urgent_flow_poll_s` 20 ms, as long as the nudge's lead: each fast request goes with the nudge
+    # for the next one (in that order: the reply reads the counters the last nudge refreshed), so
+    # they keep a 20 ms pace, not 20 ms plus a poll.
+    _, core, fake, leaf = fast_polled_leaf(nudge_lead_s=0.02)
+    leaf.config = dataclasses.replace(leaf.config, urgent_flow_poll_s=0.02)
+    req = next(m for _, m in leaf.due(1.0, hot=False) if isinstance(m, parser.OFPFlowStatsRequest))
+    leaf.on_flow_stats(req.xid, [], False, 1.0)
+    seen = _drive(leaf, fake, [0.3, 0.3] + [1.0] * 9)  # warm at 1.23, hot at 1.25 (worked out above)
+    assert {t: k[:2] for t, k in seen.items() if k[:2] != (0, 0)} == {
+        1.23: (1, 0), 1.25: (1, 1), 1.27: (1, 1), 1.29: (1, 1)}, seen
+    # logged as sent (the request, then the nudge), then the reply (answered here after the tick)
+    steps = [step for t, step, _, _ in core.congestion_log if t == 1.27]
+    assert steps == ["urgent_request", "nudge", "reply"], steps
+
+
+def test_a_link_that_stays_warm_nudges_once_and_again_only_after_it_cooled():
+    # 80% for ten samples, 40% for six, 80% for six: the smoothed utilisation, worked out below from
+    # the shares alone, rises through the cool threshold (0.7) twice and never reaches 0.9; the link
+    # is nudged for at each rise, not at every sample while warm.
+    _, core, fake, leaf = fast_polled_leaf(nudge_lead_s=0.02)
+    shares = [0.8] * 10 + [0.4] * 6 + [0.8] * 6
+    util, rates = None, {}
+    for i in range(2, len(shares) + 1):  # the smoothed utilisation, by hand: 20 ms windows, weight 0.5
+        window = (shares[i - 2] + shares[i - 1]) / 2
+        util = window if util is None else util + 0.5 * (window - util)
+        rates[round(1.19 + 0.01 * i, 3)] = util
+    warm, rises = False, []
+    for t, u in rates.items():
+        if not warm and u >= 0.7:
+            rises.append(t)
+        warm = u >= 0.7
+    assert len(rises) == 2 and max(rates.values()) < 0.9, rates  # two rises, never hot
+    seen = _drive(leaf, fake, shares)
+    assert not any(hot for _, _, hot in seen.values())
+    assert [t for t, (nudges, _, _) in seen.items() if nudges] == rises, (rises, seen)
 
 
 def test_switches_that_connect_while_a_mesh_link_is_down_forward_over_the_detours():

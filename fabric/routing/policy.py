@@ -667,10 +667,11 @@ class RoutingPolicy:
             yield moves
 
     def on_loads(self, port_rates_bps: dict[DirectedLink, float], slot_rates_bps: dict[SlotKey, float],
-                 now: float, newcomers_bytes: dict[SlotKey, int] | None = None) -> list[SlotMove]:
+                 now: float, newcomers_bytes: dict[SlotKey, int] | None = None,
+                 newcomers_span_s: dict[SlotKey, float] | None = None) -> list[SlotMove]:
         """Fold in measured egress rates per directed link (bits/s) and per slot; return moves.
-        Slots that just started (`newcomers_bytes`) get presumed rates on the links hot after this
-        sample (`presume_newcomers`)."""
+        Slots that just started (`newcomers_bytes`, sent over `newcomers_span_s`) get presumed rates
+        on the links hot after this sample (`presume_newcomers`)."""
         started = time.perf_counter()
         cfg = self.config
         for link, rate in port_rates_bps.items():
@@ -688,7 +689,7 @@ class RoutingPolicy:
         # slots whose windowed rate does not cover their activity yet: never read as idle
         self.newcomers = frozenset(k for k, n in (newcomers_bytes or {}).items() if n >= floor)
         if newcomers_bytes:
-            slot_rates_bps = self.presume_newcomers(slot_rates_bps, newcomers_bytes)
+            slot_rates_bps = self.presume_newcomers(slot_rates_bps, newcomers_bytes, newcomers_span_s)
         moves = self._keep_pins(self.react_to_loads(slot_rates_bps, now), (), "congestion")
         if moves:
             self._new_state()
@@ -699,15 +700,18 @@ class RoutingPolicy:
             self._record(now, "congestion", detail, moves, started)
         return moves
 
-    def presume_newcomers(self, slot_rates_bps: dict[SlotKey, float], newcomers_bytes: dict[SlotKey, int]
-                          ) -> dict[SlotKey, float]:
+    def presume_newcomers(self, slot_rates_bps: dict[SlotKey, float], newcomers_bytes: dict[SlotKey, int],
+                          newcomers_span_s: dict[SlotKey, float] | None = None) -> dict[SlotKey, float]:
         """`slot_rates_bps` with a presumed rate for each slot that has just started sending
         (`newcomers_bytes`: slot -> bytes counted since it started, at least `min_newcomer_bytes`),
         whose rate over a full flow-counter window is not known yet, on the hot links it crosses.
 
         On a hot link the newcomers are presumed to take their fair share of the link's rate next to
         the elephants already known there, as TCP flows would (n_new / (n_known + n_new) of it), split
-        between them in proportion to their bytes so far; a newcomer gets the least of its hot links'
+        between them in proportion to their rates so far: bytes over `newcomers_span_s` (the time from
+        the last reading before it was first seen sending to the latest, so a flow that started
+        hundreds of ms after another, bytes behind it, still counts at its own pace), or in proportion
+        to their bytes where no span is given; a newcomer gets the least of its hot links'
         estimates, and never less than its own measured rate. An estimate only: the windowed rates
         replace it as soon as they cover the slot's activity, and the hold-down (`hold_s`) gives the
         port samples after a move time to confirm it before that link is relieved again."""
@@ -737,12 +741,15 @@ class RoutingPolicy:
         if not crossing:
             return slot_rates_bps
         out = dict(slot_rates_bps)
+        spans = newcomers_span_s or {}
+        weight = {k: newcomers_bytes[k] / spans[k] if spans.get(k, 0.0) > 0 else float(newcomers_bytes[k])
+                  for k in crossing}
         for key, links in crossing.items():
             estimates = []
             for link in links:
                 new = on_link[link]
                 pool = self.rate_bps(link) * len(new) / (n_known.get(link, 0) + len(new))
-                estimates.append(pool * newcomers_bytes[key] / sum(newcomers_bytes[k] for k in new))
+                estimates.append(pool * weight[key] / sum(weight[k] for k in new))
             out[key] = max(out.get(key, 0.0), min(estimates))
         return out
 
