@@ -211,11 +211,16 @@ def test_newcomers_share_their_pool_by_their_pace_not_by_their_bytes_alone():
     assert by_bytes[s2] == pytest.approx(rate * 17 / 517) and by_bytes[s2] < p.config.min_move_share * UPLINK_BPS
 
 
-def test_a_newcomers_span_runs_from_the_reading_before_it_was_first_seen_sending():
+def slots_0_and_2():
+    """The bench's core, leafA0's dpid, and its ECMP flows and slot keys towards leafA3 for slots 0
+    and 2 (both on uplink 1)."""
     fab, core, _ = bench()
-    dpid = fab.switch_by_name["leafA0"].dpid
-    f0, f2 = (core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 2))
-    s0, s2 = ("leafA0", "leafA3", 0), ("leafA0", "leafA3", 2)
+    flows = tuple(core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 2))
+    return core, fab.switch_by_name["leafA0"].dpid, flows, (("leafA0", "leafA3", 0), ("leafA0", "leafA3", 2))
+
+
+def test_a_newcomers_span_runs_from_the_reading_before_it_was_first_seen_sending():
+    core, dpid, (f0, f2), (s0, s2) = slots_0_and_2()
     core.on_flow_counters(dpid, [(f0, 0, 10.0), (f2, 0, 10.0)], 1.0)
     core.on_flow_counters(dpid, [(f0, 400_000, 10.5), (f2, 0, 10.5)], 1.5)  # slot 0 started in (1.0, 1.5]
     core.on_flow_counters(dpid, [(f0, 420_000, 10.52), (f2, 17_000, 10.52)], 1.52)  # slot 2 in (1.5, 1.52]
@@ -227,10 +232,7 @@ def test_a_newcomers_span_runs_from_the_reading_before_it_was_first_seen_sending
 
 
 def test_a_slot_is_a_newcomer_from_when_it_is_first_seen_sending_for_one_flow_window():
-    fab, core, _ = bench()
-    dpid = fab.switch_by_name["leafA0"].dpid
-    f0, f2 = (core.slot_flows("leafA0", "leafA3", s, 1)[0] for s in (0, 2))
-    s0, s2 = ("leafA0", "leafA3", 0), ("leafA0", "leafA3", 2)
+    core, dpid, (f0, f2), (s0, s2) = slots_0_and_2()
     core.on_flow_counters(dpid, [(f0, 0, 10.0), (f2, 0, 10.0)], 1.0)
     core.on_flow_counters(dpid, [(f0, 0, 11.0), (f2, 100_000, 11.0)], 2.0)  # slot 2 sent 100 kB: 0.8 Mbit/s
     assert core.last_slot_rates_bps == {s0: 0.0, s2: pytest.approx(800_000.0)}

@@ -682,6 +682,18 @@ def test_a_lockstep_ring_takes_as_long_as_its_dag_with_fewer_rate_computations_u
     assert fewer >= 3
 
 
+def _inside_a_step(case, fab, jobs, switch):
+    """What a replay case puts inside the ring's steps: for "link down and up" the link events
+    (`switch`'s port 1 down at 0.2 ms, up at 0.5 ms), returned; for "second job" an all-to-all among
+    the first 8 hosts from 0.3 ms, added to `jobs`; otherwise nothing."""
+    if case == "second job":
+        jobs.append(Job(schedule("all_to_all", 2_000_000, list(range(8)), "pairwise"), one_rank_per_host(fab, 8),
+                        start_s=3e-4))
+    if case == "link down and up":
+        return [LinkEvent(2e-4, switch, 1), LinkEvent(5e-4, switch, 1, up=True)]
+    return []
+
+
 def _with_and_without_replays(monkeypatch, topo, jobs, opts, events):
     """The same run with every phase simulated and with phase replays: (every, replayed)."""
     from fabric.flowsim import executor
@@ -716,15 +728,10 @@ def test_replayed_lockstep_phases_give_the_times_and_loads_of_simulating_every_p
     order = [q * 4 + r for r in range(4) for q in range(4)]
     size = 7_999_999 if case == "uneven sizes" else 8_000_000
     jobs = [Job(schedule("all_reduce", size, order, "ring"), one_rank_per_host(fab, 16))]
-    events: list[LinkEvent] = []
     opts = SimOptions(ports="hashed", seed=1, lockstep=True)
     if case == "overheads":
         opts = dataclasses.replace(opts, per_transfer_s=20e-6, per_hop_s=1e-6)
-    if case == "link down and up":
-        events = [LinkEvent(2e-4, "tor0", 1), LinkEvent(5e-4, "tor0", 1, up=True)]
-    if case == "second job":
-        jobs.append(Job(schedule("all_to_all", 2_000_000, list(range(8)), "pairwise"), one_rank_per_host(fab, 8),
-                        start_s=3e-4))
+    events = _inside_a_step(case, fab, jobs, "tor0")
     every, replayed = _with_and_without_replays(monkeypatch, "pyramid-16", jobs, opts, events)
     if case in ("alone", "uneven sizes"):
         assert replayed.phases_replayed == 2 * 15 - 1 and replayed.events < every.events / 2
@@ -785,17 +792,12 @@ def test_replayed_phases_without_lockstep_give_the_times_and_loads_of_simulating
     if case == "two instants":
         dag = _joined_steps(size)
     jobs = [Job(dag, one_rank_per_host(fab, len(dag.ranks)))]
-    events: list[LinkEvent] = []
     opts = SimOptions(ports="hashed" if case == "hashed ring" else "planned", seed=1)
     if case == "overheads":
         opts = dataclasses.replace(opts, per_transfer_s=20e-6)
     if case == "per-hop overheads":
         opts = dataclasses.replace(opts, per_transfer_s=20e-6, per_hop_s=1e-6)
-    if case == "link down and up":
-        events = [LinkEvent(2e-4, "leafA0", 1), LinkEvent(5e-4, "leafA0", 1, up=True)]
-    if case == "second job":
-        jobs.append(Job(schedule("all_to_all", 2_000_000, list(range(8)), "pairwise"), one_rank_per_host(fab, 8),
-                        start_s=3e-4))
+    events = _inside_a_step(case, fab, jobs, "leafA0")
     every, replayed = _with_and_without_replays(monkeypatch, topo, jobs, opts, events)
     if case in ("planned ring", "overheads", "uneven sizes"):
         assert replayed.phases_replayed == 2 * 15 - 1 and replayed.events < every.events / 5
