@@ -5,6 +5,7 @@ This is the only module that imports Mininet. It runs what `fabric.emulation.pla
 - switches: OVS, OpenFlow 1.3 (and 1.5), fail-mode secure, the model's dpid, the model's port numbers;
   kernel datapath where the `openvswitch` module is loaded, userspace (`netdev`) otherwise (probed);
 - links: HTB-shaped at `rate_gbps x mbps_per_gbps` Mbit/s (one scale factor for the whole fabric);
+  offloads and IPv6 off on the switch ends;
 - hosts: one interface per NIC port (`h0-eth0` in plane A, `h0-eth1` in plane B), the model's
   address and MAC, offloads off, IPv6 off, static ARP for every NIC in the same plane, no default route;
 - teardown that leaves no bridge, veth or process of the run behind, checked by `leftovers()`.
@@ -143,11 +144,19 @@ class Emulation:
             self._claim.add_pids(self._pids)
 
     def _configure_switch_ports(self) -> None:
-        """Shape every switch-side interface (root namespace) with one `tc -batch`; offloads off."""
+        """Shape every switch-side interface (root namespace) with one `tc -batch`; offloads off;
+        IPv6 off on them and on the bridges' own interfaces (`plan.disable_ipv6_path`): a port going
+        down or up otherwise also adds or removes its link-local address, and ovs-vswitchd re-reads
+        every interface's addresses and state on each such event, which delays its port-status
+        message by ~0.2 ms per port it runs (`benchmarks/ovs_port_notice.py`)."""
         system.run_batch(["tc"], plan.tc_batch(self.fabric, self.opts, None), "shaping switch ports")
         bridges, intfs = plan.expected_names(self.fabric)
         for intf in sorted(intfs - bridges):
             subprocess.run(["ethtool", "-K", intf, *plan.OFFLOADS_OFF], capture_output=True, check=False)
+        for intf in sorted(intfs):
+            path = plan.disable_ipv6_path(intf)
+            if path.exists():  # a bridge of the userspace datapath may have no kernel interface
+                path.write_text("1\n")
 
     def _configure_hosts(self) -> None:
         with tempfile.TemporaryDirectory(prefix="fabriclab-hosts-") as tmp:

@@ -11,6 +11,7 @@ The Mininet adapter (`fabric.emulation.net`) only runs what is computed here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from fabric.errors import EmulationError, UnsupportedError
 from fabric.model import Fabric, intf_name
@@ -24,6 +25,11 @@ MAX_SWITCHES = 1 << 24
 MAX_PORT = (1 << 16) - 1
 
 #: Offloads off: the userspace datapath drops TSO/GSO super-frames (PLATFORM.md).
+def disable_ipv6_path(intf: str) -> Path:
+    """The root namespace's IPv6 switch for interface `intf` (write 1: no IPv6 on it)."""
+    return Path("/proc/sys/net/ipv6/conf") / intf / "disable_ipv6"
+
+
 OFFLOADS_OFF = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
 
 

@@ -13,6 +13,7 @@ import yaml
 from controller.core import COOKIE
 from fabric import topofile
 from fabric.emulation import EmulationOptions
+from fabric.model import intf_name
 from fabric.polling import wait_until
 from fabriclab.session import Lab
 from traffic.iperf import iperf
@@ -90,6 +91,11 @@ def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
         # leaf/ToR flows matched at least every echo request and reply once (OVS pushes datapath
         # statistics to OpenFlow counters lazily, so poll until a deadline)
         edge = [s.name for s in fab.switches if s.role in ("leaf", "tor")]
+        # no IPv6 on the switch ports (a port's link-local address coming and going with it slows
+        # OVS's port-down notice): the kernel's own switch, read per port
+        ports = [intf_name(e.node, e.port) for l in fab.links for e in (l.a, l.b) if e.node in fab.switch_by_name]
+        assert ports and all(Path(f"/proc/sys/net/ipv6/conf/{p}/disable_ipv6").read_text().strip() == "1"
+                             for p in ports)
         for sw in fab.switches:
             n_all, n_ours, _ = cookie_flows(sw.name)
             assert n_all == n_ours > 0, sw.name
