@@ -192,9 +192,8 @@ class DatapathSync:
             # an early nudge (a link this switch could relieve turned warm), unless one is fresh already
             self.core.nudge_dpids.discard(self.dpid)
             if cfg.nudge_lead_s and name is not None and nudge_age_s > cfg.nudge_valid_s:
-                self._nudged_s, nudge_age_s = now, 0.0
-                out.append((self.dpid, ofmsg.flow_mod(self.core.nudge_flow(name))))
-                self.core.congestion_log.append((now, "nudge", name, None))
+                nudge_age_s = 0.0
+                out.append(self._nudge(name, now))
         if self.dpid in self.core.decision_dpids:
             lead_s = cfg.nudge_lead_s if urgent and name is not None else 0.0
             fresh = nudge_age_s <= cfg.nudge_valid_s
@@ -210,9 +209,7 @@ class DatapathSync:
                     and now - self._flow_poll.sent_s >= flow_every_s - cfg.nudge_lead_s:
                 # the nudge goes its lead ahead of the request's turn (with a request, if the lead is as
                 # long as the interval), so the fast requests keep their pace
-                self._nudged_s = now
-                out.append((self.dpid, ofmsg.flow_mod(self.core.nudge_flow(name))))
-                self.core.congestion_log.append((now, "nudge", name, None))
+                out.append(self._nudge(name, now))
         if gray.config.enabled and name is not None:
             ports = gray.burst_due(name, now)
             if ports:
@@ -222,6 +219,12 @@ class DatapathSync:
                 self._probe_counts = {}
                 out.append((self.dpid, self._ask(self._probe_poll, ofmsg.probe_counts_request(), now)))
         return out
+
+    def _nudge(self, name: str, now: float) -> Out:
+        """The nudge (`ControllerCore.nudge_flow`) to send now, noted as sent."""
+        self._nudged_s = now
+        self.core.congestion_log.append((now, "nudge", name, None))
+        return (self.dpid, ofmsg.flow_mod(self.core.nudge_flow(name)))
 
     def is_probe_reply(self, xid: int) -> bool:
         """Whether a flow-stats reply answers the probe-counter request."""

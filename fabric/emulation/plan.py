@@ -25,12 +25,12 @@ MAX_SWITCHES = 1 << 24
 MAX_PORT = (1 << 16) - 1
 
 #: Offloads off: the userspace datapath drops TSO/GSO super-frames (PLATFORM.md).
+OFFLOADS_OFF = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
+
+
 def disable_ipv6_path(intf: str) -> Path:
     """The root namespace's IPv6 switch for interface `intf` (write 1: no IPv6 on it)."""
     return Path("/proc/sys/net/ipv6/conf") / intf / "disable_ipv6"
-
-
-OFFLOADS_OFF = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
 
 
 @dataclass(frozen=True)
