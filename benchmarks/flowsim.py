@@ -6,7 +6,9 @@
 
 Each (topology, hosts) runs in a fresh process, so its peak memory is its own. There:
 - set-up, timed apart: the fabric built at that size (`fabric.topofile.scaled`), its path table and
-  routing policy (ecmp; planned source ports), with the process's peak resident memory after it;
+  routing policy (ecmp; planned source ports, or `--ports hashed`: random ones, as the OS picks
+  them, so ECMP collisions give the flows many different rates), with the process's peak resident
+  memory after it;
 - one step: an all-reduce of `--size-mb` MB over every GPU (one per host; `--algorithm`, as the
   replay's collectives schedule it, built as arrays by `traffic.collectives.schedule_columns` and
   timed apart), run by `fabric.flowsim.simulate` as `fabriclab sim` and `compare` run it (the
@@ -17,10 +19,12 @@ Each (topology, hosts) runs in a fresh process, so its peak memory is its own. T
   100 MB, latency-bound, which NCCL does not run either): the ring's hierarchical form is, rings
   inside each leaf's hosts and rings across leaves (`hierarchical`), and the row says so;
 - the rate computation alone, on the flow sets of the step's first `--ratio-samples` rate
-  computations: the vectorised progressive filling (`max_min_rates`) against the same algorithm in
-  plain Python (`max_min_rates_reference`: a correct, straightforward implementation, lists and loops,
-  no numpy; the baseline of a speed ratio, labelled as what it is), both timed on the same inputs,
-  and their rates checked equal.
+  computations: the compiled progressive filling the simulator uses (`max_min_rates`, numba; its
+  compilation or cache load timed apart, before the step) against the same algorithm vectorised
+  with numpy (`max_min_rates_vectorised`, the simulator's solver before: the fair baseline) and in
+  plain Python (`max_min_rates_reference`: a correct, straightforward implementation, lists and
+  loops, no numpy; labelled as what it is), all timed on the same inputs, their rates checked
+  equal, and the samples on which the vectorised one was faster counted.
 `--lockstep off on` runs every configuration both ways: the exact DAG, and with the collective's steps
 in lockstep (`SimOptions.lockstep`, what `fabriclab compare` uses above 1024 GPUs), each row labelled.
 `--hugepages default off` runs every configuration with numpy's default (on Linux it advises the
@@ -51,16 +55,26 @@ def peak_rss_mb() -> float:
 
 
 def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_samples: int,
-        flat_ring_max: int, lockstep: bool = False) -> dict[str, Any]:
+        flat_ring_max: int, lockstep: bool = False, ports: str = "planned") -> dict[str, Any]:
     import numpy as np
 
     from fabric import topofile
-    from fabric.flowsim import Job, SimOptions, max_min_rates, max_min_rates_reference, simulate
+    from fabric.flowsim import (
+        Job,
+        SimOptions,
+        max_min_rates,
+        max_min_rates_reference,
+        max_min_rates_vectorised,
+        simulate,
+    )
     from fabric.flowsim import executor
     from fabric.routing import EcmpPolicy, PathTable
     from fabric.transfers import Placement
     from traffic import collectives
 
+    t0 = time.perf_counter()
+    max_min_rates(1, np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp), np.ones(1))
+    compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     fab = topofile.scaled(topology, hosts)
     policy = EcmpPolicy(PathTable(fab))
@@ -78,27 +92,35 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     build_s = time.perf_counter() - t1
 
     samples: list[tuple[int, Any, Any, Any]] = []
-    real = executor.max_min_rates
+    real = executor.max_min_rates_on_paths
 
-    def recording(n, flow, link, cap):  # keep the first inputs for the speed ratio (not timed in the step)
+    def recording(paths, cap):  # keep the first inputs for the speed ratio (not timed in the step)
         if len(samples) < ratio_samples:
-            samples.append((n, flow.copy(), link.copy(), cap))
-        return real(n, flow, link, cap)
+            flow, link = np.nonzero(paths >= 0)
+            samples.append((paths.shape[0], flow.astype(np.intp), paths[flow, link].astype(np.intp), cap))
+        return real(paths, cap)
 
-    executor.max_min_rates = recording
+    executor.max_min_rates_on_paths = recording
     try:
         t1 = time.perf_counter()
         res = simulate(fab, policy, [Job(dag, placement)],
-                       options=SimOptions(ports="planned", lockstep=lockstep, transfer_times=False))
+                       options=SimOptions(ports=ports, lockstep=lockstep, transfer_times=False))
         step_s = time.perf_counter() - t1
     finally:
-        executor.max_min_rates = real
-    vec_s = ref_s = 0.0
+        executor.max_min_rates_on_paths = real
+    fast_s = vec_s = ref_s = 0.0
     worst = 0.0
+    vec_wins = 0
     for n, flow, link, cap in samples:
         a = time.perf_counter()
         fast = max_min_rates(n, flow, link, cap)
-        vec_s += time.perf_counter() - a
+        b = time.perf_counter()
+        vec = max_min_rates_vectorised(n, flow, link, cap)
+        c = time.perf_counter()
+        fast_s += b - a
+        vec_s += c - b
+        vec_wins += c - b < b - a
+        worst = max(worst, float(np.max(np.abs(fast - vec) / np.maximum(1.0, vec))))
         paths: list[list[int]] = [[] for _ in range(n)]
         for f, l in zip(flow.tolist(), link.tolist()):
             paths[f].append(l)
@@ -107,12 +129,15 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
         ref_s += time.perf_counter() - a
         worst = max(worst, float(np.max(np.abs(fast - np.asarray(slow)) / np.maximum(1.0, np.asarray(slow)))))
     return {"topology": topology, "fabric": fab.name, "hosts": hosts, "algorithm": algorithm, "lockstep": lockstep,
+            "ports": ports,
             "size_bytes": size_bytes, "transfers": len(dag), "dag_build_s": build_s, "events": res.events,
             "setup_s": setup_s, "setup_peak_mb": setup_mb,
             "step_s": step_s, "peak_mb": peak_rss_mb(), "rate_updates": res.rate_updates,
             "simulated_s": float(res.job_time_s[0]), "ratio_samples": len(samples),
             "flows_per_sample": sum(s[0] for s in samples) / max(1, len(samples)),
-            "vectorised_s": vec_s, "reference_s": ref_s, "speed_ratio": ref_s / vec_s if vec_s > 0 else None,
+            "compile_s": compile_s, "compiled_s": fast_s, "vectorised_s": vec_s, "reference_s": ref_s,
+            "speed_ratio": ref_s / fast_s if fast_s > 0 else None,
+            "ratio_vs_vectorised": vec_s / fast_s if fast_s > 0 else None, "vectorised_faster_samples": vec_wins,
             "max_rel_diff": worst,
             # what numpy did in this process (NUMPY_MADVISE_HUGEPAGE, read at its import)
             "numpy_madvise_hugepage": bool(np._core.multiarray._get_madvise_hugepage())}
@@ -126,6 +151,8 @@ def main() -> int:
     ap.add_argument("--algorithm", default="ring")
     ap.add_argument("--size-mb", type=float, default=100.0, help="the all-reduce's size (default 100 MB)")
     ap.add_argument("--ratio-samples", type=int, default=20)
+    ap.add_argument("--ports", choices=["planned", "hashed"], default="planned",
+                    help="the connections' source ports (default planned: every flow of a ring step alike)")
     ap.add_argument("--flat-ring-max", type=int, default=4096,
                     help="above this many hosts --algorithm ring runs as hierarchical (default 4096)")
     ap.add_argument("--lockstep", nargs="+", choices=["off", "on"], default=["off"],
@@ -140,7 +167,7 @@ def main() -> int:
     size = int(args.size_mb * 1e6)
     if args.one:
         print(json.dumps(one(args.one[0], int(args.one[1]), args.algorithm, size, args.ratio_samples,
-                             args.flat_ring_max, args.one[2] == "on")))
+                             args.flat_ring_max, args.one[2] == "on", args.ports)))
         return 0
     rows = []
     for topology, hosts, lock, pages in ((t, h, m, p) for t in args.topology for h in args.hosts
@@ -152,7 +179,7 @@ def main() -> int:
             env.pop("NUMPY_MADVISE_HUGEPAGE", None)
         cmd = [sys.executable, __file__, "--one", topology, str(hosts), lock, "--algorithm", args.algorithm,
                "--size-mb", str(args.size_mb), "--ratio-samples", str(args.ratio_samples),
-               "--flat-ring-max", str(args.flat_ring_max)]
+               "--flat-ring-max", str(args.flat_ring_max), "--ports", args.ports]
         what = f"{topology} at {hosts} (lockstep {lock}, numpy hugepages {pages})"
         failed = {"topology": topology, "hosts": hosts, "lockstep": lock == "on", "numpy_hugepages": pages}
         try:
@@ -170,15 +197,19 @@ def main() -> int:
         r = json.loads(out.stdout)
         r["numpy_hugepages"] = pages
         rows.append(r)
-        kind = r["algorithm"] + (" lockstep" if r["lockstep"] else "") + f", numpy hugepages {pages}"
-        print(f"{r['fabric']:>18} {kind}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB); "
+        kind = (r["algorithm"] + (" lockstep" if r["lockstep"] else "") + f", {r['ports']} ports"
+                + f", numpy hugepages {pages}")
+        print(f"{r['fabric']:>18} {kind}: set-up {r['setup_s']:.1f} s ({r['setup_peak_mb']:.0f} MB; "
+              f"the compiled solver loaded in {r['compile_s']:.1f} s); "
               f"DAG built in {r['dag_build_s']:.1f} s; one step {r['step_s']:.2f} s, peak {r['peak_mb']:.0f} MB, "
               f"{r['transfers']} transfers, {r['events']} events, "
               f"{r['rate_updates']} rate computations, simulated {r['simulated_s'] * 1e3:.2f} ms" + (
                   f"; rate computation on {r['ratio_samples']} samples of {r['flows_per_sample']:.0f} flows: "
-                  f"vectorised {r['vectorised_s'] * 1e3:.1f} ms, pure-Python reference "
-                  f"{r['reference_s'] * 1e3:.1f} ms ({r['speed_ratio']:.1f}x; largest relative difference "
-                  f"{r['max_rel_diff']:.1e})" if r["speed_ratio"] is not None else "; no speed ratio (0 samples)"),
+                  f"compiled {r['compiled_s'] * 1e3:.1f} ms, numpy-vectorised {r['vectorised_s'] * 1e3:.1f} ms "
+                  f"({r['ratio_vs_vectorised']:.1f}x; faster on {r['vectorised_faster_samples']} of the samples), "
+                  f"pure-Python reference {r['reference_s'] * 1e3:.1f} ms ({r['speed_ratio']:.1f}x); largest "
+                  f"relative difference {r['max_rel_diff']:.1e}" if r["speed_ratio"] is not None
+                  else "; no speed ratio (0 samples)"),
               flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

@@ -22,7 +22,9 @@ from fabric.flowsim import (
     SimOptions,
     incidence,
     max_min_rates,
+    max_min_rates_on_paths,
     max_min_rates_reference,
+    max_min_rates_vectorised,
     simulate,
 )
 from fabric.routing import AdaptivePolicy, EcmpPolicy, PathTable
@@ -33,11 +35,13 @@ G = 1e9
 
 
 def both(paths, caps):
-    """The vectorised and the reference rates, each checked against the other."""
+    """The compiled, the vectorised and the reference rates, each checked against the others."""
     flow, link = incidence(paths)
     fast = max_min_rates(len(paths), flow, link, np.asarray(caps, dtype=float))
+    vec = max_min_rates_vectorised(len(paths), flow, link, np.asarray(caps, dtype=float))
     ref = max_min_rates_reference(paths, caps)
     assert fast == pytest.approx(ref, rel=1e-9)
+    assert vec == pytest.approx(ref, rel=1e-9)
     return list(fast)
 
 
@@ -84,12 +88,48 @@ def random_case(rng: random.Random, n_flows: int, n_links: int) -> tuple[list[li
     return paths, caps
 
 
-def test_vectorised_and_reference_agree_and_are_max_min_fair_on_random_cases():
+def test_compiled_vectorised_and_reference_agree_and_are_max_min_fair_on_random_cases():
     rng = random.Random(7)
     for _ in range(200):
         paths, caps = random_case(rng, rng.randint(1, 12), rng.randint(1, 8))
         rates = both(paths, caps)
         assert is_max_min_fair(paths, caps, rates), (paths, caps, rates)
+
+
+def test_compiled_and_vectorised_agree_on_large_cases_with_many_levels():
+    # hundreds of flows over random paths with capacities of many sizes: many distinct levels, and
+    # links that fill at one level together; the reference would take too long at this size
+    rng = np.random.default_rng(11)
+    for n_flows, n_links in ((400, 60), (3000, 500)):
+        caps = rng.choice([1, 2, 3, 5, 7, 10, 25, 40, 100], size=n_links).astype(float) * G
+        paths = [rng.choice(n_links, size=int(rng.integers(1, 6)), replace=False).tolist() for _ in range(n_flows)]
+        flow, link = incidence(paths)
+        fast = max_min_rates(n_flows, flow, link, caps)
+        vec = max_min_rates_vectorised(n_flows, flow, link, caps)
+        assert len(np.unique(np.round(vec / G, 9))) > 20  # many levels: the case the heap is for
+        assert fast == pytest.approx(vec, rel=1e-9)
+        assert is_max_min_fair(paths, caps, list(fast))
+
+
+def test_rates_on_padded_paths_are_those_of_the_incidence_with_each_links_load():
+    rng = random.Random(5)
+    for _ in range(50):
+        paths, caps = random_case(rng, rng.randint(1, 12), rng.randint(1, 8))
+        width = max(len(p) for p in paths) + 2
+        # rows padded with -1, a link repeated in some rows (it counts once)
+        padded = np.full((len(paths), width), -1)
+        for f, p in enumerate(paths):
+            row = p + p[:1] if rng.random() < 0.3 else p
+            padded[f, :len(row)] = row
+        rates, load = max_min_rates_on_paths(padded, np.asarray(caps, dtype=float))
+        ref = max_min_rates_reference(paths, caps)
+        assert list(rates) == pytest.approx(ref, rel=1e-9)
+        by_hand = [sum(ref[f] for f, p in enumerate(paths) if l in p) for l in range(len(caps))]
+        assert list(load) == pytest.approx(by_hand, rel=1e-9)
+    with pytest.raises(FlowSimError, match="flow 1 crosses no link"):
+        max_min_rates_on_paths(np.array([[0, -1], [-1, -1]]), np.array([1.0]))
+    with pytest.raises(FlowSimError, match="outside"):
+        max_min_rates_on_paths(np.array([[0, 3]]), np.array([1.0]))
 
 
 def test_the_fairness_check_rejects_an_unfair_allocation():
@@ -825,7 +865,7 @@ def test_the_tight_phases_of_a_dag_are_worked_out_from_its_dependencies():
     host_index = {h.name: i for i, h in enumerate(fab.hosts)}
 
     def tight_from(dag):
-        return _Template.of(Job(dag, one_rank_per_host(fab, len(dag.ranks))), fab, host_index).tight_from
+        return _Template.of(Job(dag, one_rank_per_host(fab, len(dag.ranks))), fab, host_index, {}).shape.tight_from
 
     assert tight_from(schedule("all_reduce", 1_000_000, list(range(8)), "ring")) == 0
     assert tight_from(_loose_ring(1000)) == 3
@@ -910,11 +950,11 @@ def test_a_cut_through_pairwise_all_to_all_takes_as_long_as_sending_every_piece_
     ([3, 10 ** 12, 3, 0], [1, 2, 1, 0]),  # numbers too sparse for a table: sorted instead
 ])
 def test_lockstep_phases_are_numbered_densely_in_the_order_of_their_step_numbers(numbers, dense):
-    from fabric.flowsim.executor import _Template
+    from fabric.flowsim.executor import _Shape
 
     n = len(numbers)
     cols = TransferDag(tuple(Transfer(0, 1, 10, (), phase=p) for p in numbers), (0, 1)).columns
-    tpl = _Template(cols, np.zeros(n, dtype=np.intp), np.ones(n, dtype=np.intp), 2)
+    tpl = _Shape(cols, np.zeros(n, dtype=np.intp), np.ones(n, dtype=np.intp))
     assert tpl.phase_of.tolist() == dense
     assert tpl.phase_size.tolist() == [dense.count(k) for k in range(max(dense) + 1)]
 
@@ -932,12 +972,36 @@ def test_lockstep_phases_are_numbered_densely_in_the_order_of_their_step_numbers
     ([(0, 1, 2, ()), (1, 2, 1, ()), (2, 0, 0, (0,))], False),
 ])
 def test_phases_are_closed_when_every_dependency_is_in_an_earlier_phase(transfers, closed):
-    from fabric.flowsim.executor import _Template
+    from fabric.flowsim.executor import _Shape
 
     dag = TransferDag(tuple(Transfer(s, d, 1000, deps, ph) for s, d, ph, deps in transfers), (0, 1, 2))
     ranks = np.arange(3)
-    tpl = _Template(dag.columns, ranks[dag.columns.src], ranks[dag.columns.dst], 3)
+    tpl = _Shape(dag.columns, ranks[dag.columns.src], ranks[dag.columns.dst])
     # by hand: each listed dependency's phase against its transfer's
     by_hand = all(transfers[d][2] < ph for _, _, ph, deps in transfers for d in deps)
     assert by_hand == closed
     assert tpl.phases_closed == closed
+
+
+def test_one_dag_on_two_lanes_shares_its_shape_and_keeps_its_own_connections():
+    # a replay's collective on two streams: one shape (sizes, successors, phases held once), two sets
+    # of host pairs (each lane its own connections)
+    from fabric.flowsim.executor import _Run
+
+    fab = topofile.load("dual-plane-16")
+    dag = schedule("all_reduce", 1_000_000, list(range(8)), "ring")
+    place = one_rank_per_host(fab, 8)
+    run = _Run(fab, EcmpPolicy(PathTable(fab)), [Job(dag, place, lane=0), Job(dag, place, lane=1)], SimOptions(), [])
+    a, b = run.templates
+    assert a.shape is b.shape and a.succ is b.succ
+    remote = a.pair >= 0
+    assert remote.any() and (remote == (b.pair >= 0)).all()
+    assert not set(a.pair[remote].tolist()) & set(b.pair[remote].tolist())
+    # each pair's sender and receiver are the transfer's hosts, on its own lane
+    hosts = [h.name for h in fab.hosts]
+    for tpl, lane in ((a, 0), (b, 1)):
+        for t in np.flatnonzero(remote)[:5]:
+            key = int(run.pair_key[tpl.pair[t]])
+            src, dst = key // len(hosts) % len(hosts), key % len(hosts)
+            assert key // len(hosts) ** 2 == lane
+            assert (hosts[src], hosts[dst]) == (place.host(int(dag.columns.src[t])), place.host(int(dag.columns.dst[t])))

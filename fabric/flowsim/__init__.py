@@ -4,7 +4,8 @@ It executes the same transfer DAGs (`fabric.transfers`) over the same model (`fa
 routing policy (`fabric.routing`) as the emulation replay, with every transfer a set of flows whose
 rates are max-min fair shares of the link capacities, recomputed at events only.
 
-- `maxmin`: max-min fair rates by progressive filling (vectorised, and a plain reference).
+- `maxmin`: max-min fair rates by progressive filling (compiled with numba; numpy-vectorised and plain
+  Python versions as baselines and checks).
 - `connections`: host pair -> connections (NIC ports, plane, source port), the replay's rule.
 - `executor`: `simulate(fabric, policy, jobs, options=, link_events=)`, the event-driven run.
 - `result`: `FlowSimResult`, per-transfer and per-job times and per-link load over time, as arrays.
@@ -16,7 +17,14 @@ from __future__ import annotations
 
 from fabric.flowsim.connections import Connection, plan_connections
 from fabric.flowsim.executor import Job, LinkEvent, SimOptions, directed_links, simulate
-from fabric.flowsim.maxmin import FlowSimError, incidence, max_min_rates, max_min_rates_reference
+from fabric.flowsim.maxmin import (
+    FlowSimError,
+    incidence,
+    max_min_rates,
+    max_min_rates_on_paths,
+    max_min_rates_reference,
+    max_min_rates_vectorised,
+)
 from fabric.flowsim.result import FlowSimResult
 
 __all__ = [
@@ -29,7 +37,9 @@ __all__ = [
     "directed_links",
     "incidence",
     "max_min_rates",
+    "max_min_rates_on_paths",
     "max_min_rates_reference",
+    "max_min_rates_vectorised",
     "plan_connections",
     "simulate",
 ]

@@ -10,7 +10,7 @@ rule), and each part is one flow on the path the routing policy gives for its co
 delivered `per_transfer_s + per_hop_s x hops` after its last byte left (hops: links on its longest
 part's path when it began); both are 0 by default, for a later calibration against the emulator.
 
-Rates are the max-min fair shares of the flows active at the moment (`max_min_rates`), recomputed
+Rates are the max-min fair shares of the flows active at the moment (`max_min_rates_on_paths`), recomputed
 only when something changes: a flow starts or ends, or a link event (`LinkEvent`) is applied through
 the policy's `on_link_change` and every active flow is re-routed on its connection's new path. So
 the cost grows with the number of events, not with simulated time. A flow whose path is dropped (a
@@ -67,7 +67,7 @@ import numpy as np
 import numpy.typing as npt
 
 from fabric.flowsim.connections import Connection, plan_connections
-from fabric.flowsim.maxmin import FloatArray, FlowSimError, IntArray, max_min_rates
+from fabric.flowsim.maxmin import FloatArray, FlowSimError, IntArray, max_min_rates_on_paths
 from fabric.flowsim.result import DirectedLinkName, FlowSimResult
 from fabric.model import Fabric
 from fabric.routing.policy import RoutingPolicy
@@ -243,26 +243,21 @@ _POOL = {"t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
          "hops": np.int64, "wait_left": np.int64, "sent_s": np.float64}
 
 
-class _Template:
-    """What every job of one DAG on one placement shares: its transfers' sizes, dependency counts,
-    successors (CSR), the transfers without dependencies, and the host pairs (sender x hosts +
-    receiver, from the host indexes `src`, `dst`) it uses; `pair`: each transfer's pair index among
-    all the run's pairs (-1: both ranks on one host), set by `locate_pairs`; the phases (lockstep
-    only, computed on first use)."""
+class _Shape:
+    """What every job of one DAG on one placement shares, whatever its lane: its transfers' sizes,
+    dependency counts, successors (CSR), the transfers without dependencies, the sending host of
+    each, which are remote (sender and receiver on different hosts); the phases (lockstep only,
+    computed on first use). A replay's collective on two streams (lanes) is one shape: at 16,384
+    GPUs a hierarchical all-reduce's shape holds ~1 GB."""
 
-    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, n_hosts: int, lane: int = 0) -> None:
-        self.cols = cols  # kept: the run keys templates by the DAG object's id
+    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray) -> None:
+        self.cols = cols  # kept: the run keys shapes by the DAG object's id
         self.size = cols.size_bytes
         self.dep_count = np.diff(cols.dep_ptr)
         self.succ_ptr, self.succ = cols.successors()
         self.roots = np.flatnonzero(self.dep_count == 0).astype(np.intp)
-        remote = src != dst
         self.src_host = src
-        # a pair's key: (lane, sender, receiver) in one integer
-        self.keys = (lane * n_hosts + src.astype(np.int64)) * n_hosts + dst
-        self.remote = remote
-        self.pair_keys = np.unique(self.keys[remote])
-        self.pair = np.full(src.size, -1, dtype=np.intp)
+        self.remote = src != dst
 
     @functools.cached_property
     def phase_of(self) -> IntArray:
@@ -360,8 +355,28 @@ class _Template:
         loose = ph[(ph > 0) & ~has_prev]
         return int(loose.max()) if loose.size else 0
 
+
+
+class _Template:
+    """One DAG on one placement on one lane: its `_Shape` (shared with the other lanes; its arrays
+    referenced here too) and the host pairs it uses: `pair_keys` (lane, sender, receiver as one
+    integer) and, once `locate_pairs` has run, `pair`: each transfer's pair index among all the run's
+    pairs (-1: both ranks on one host)."""
+
+    def __init__(self, shape: _Shape, dst: IntArray, n_hosts: int, lane: int = 0) -> None:
+        self.shape = shape
+        self.size, self.dep_count, self.roots = shape.size, shape.dep_count, shape.roots
+        self.succ_ptr, self.succ = shape.succ_ptr, shape.succ
+        # a pair's key: (lane, sender, receiver) in one integer
+        self.keys = (lane * n_hosts + shape.src_host.astype(np.int64)) * n_hosts + dst
+        self.pair_keys = np.unique(self.keys[shape.remote])
+        self.pair = np.full(dst.size, -1, dtype=np.intp)
+
     @classmethod
-    def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int]) -> _Template:
+    def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int],
+           shapes: dict[tuple[int, Placement], _Shape]) -> _Template:
+        """The job's template; its shape from `shapes` (keyed by the DAG object's id and the placement)
+        if another lane made it, else made and added there."""
         cols = job.columns
         rank_host = np.full(max(cols.ranks, default=0) + 1, -1, dtype=np.intp)
         for r in cols.ranks:
@@ -371,11 +386,16 @@ class _Template:
             rank_host[r] = host_index[host]
         if job.lane < 0:
             raise FlowSimError(f"job {job.dag.label or ''}: lane must be >= 0, got {job.lane}")
-        return cls(cols, rank_host[cols.src], rank_host[cols.dst], len(host_index), job.lane)
+        dst = rank_host[cols.dst]
+        key = (id(job.dag), job.placement)
+        if key not in shapes:
+            shapes[key] = _Shape(cols, rank_host[cols.src], dst)
+        return cls(shapes[key], dst, len(host_index), job.lane)
 
     def locate_pairs(self, pair_key: IntArray) -> None:
-        self.pair[self.remote] = np.searchsorted(pair_key, self.keys[self.remote])
-        del self.keys, self.remote
+        remote = self.shape.remote
+        self.pair[remote] = np.searchsorted(pair_key, self.keys[remote])
+        del self.keys
 
 
 class _Run:
@@ -395,6 +415,7 @@ class _Run:
         # per distinct (DAG, placement): its transfers' hosts, sizes, dependency counts and successors
         # (a replay's calls of one collective share them); the jobs' state lives in a pool (below)
         self.templates: list[_Template] = []
+        shapes: dict[tuple[int, Placement], _Shape] = {}
         by_key: dict[tuple[int, Placement, int], int] = {}
         self.job_tpl: list[int] = []
         offsets: list[int] = []
@@ -405,7 +426,7 @@ class _Run:
             key = (id(j.dag), j.placement, j.lane)
             if key not in by_key:
                 by_key[key] = len(self.templates)
-                self.templates.append(_Template.of(j, fabric, host_index))
+                self.templates.append(_Template.of(j, fabric, host_index, shapes))
             self.job_tpl.append(by_key[key])
             offsets.append(n)
             n += len(self.templates[by_key[key]].size)
@@ -739,7 +760,7 @@ class _Run:
         out = []
         for job, mine in self._by_job(g):
             tpl, edge = self._out_edges(job, mine)
-            edge = edge[tpl.succ_same_sender[edge] == same_sender]
+            edge = edge[tpl.shape.succ_same_sender[edge] == same_sender]
             nxt = tpl.succ[edge] + self.base[job]
             np.subtract.at(self.deps_left, nxt, 1)
             out.append(nxt[self.deps_left[nxt] == 0])
@@ -822,14 +843,14 @@ class _Run:
         if of[-1] != job or not bool((of == job).all()):
             return False
         tpl = self.templates[self.job_tpl[job]]
-        if not tpl.phases_closed:
+        if not tpl.shape.phases_closed:
             return False
-        phase = tpl.phase_of[g - self.base[job]]
+        phase = tpl.shape.phase_of[g - self.base[job]]
         p = int(phase[0])
         pair = self.t_pair[g]
-        if g.size != tpl.phase_size[p] or not bool((phase == p).all()) or bool((pair < 0).any()):
+        if g.size != tpl.shape.phase_size[p] or not bool((phase == p).all()) or bool((pair < 0).any()):
             return False
-        if not self.opts.lockstep and p < tpl.tight_from:
+        if not self.opts.lockstep and p < tpl.shape.tight_from:
             return False
         g, key = self._phase_key(g)
         run = self.phase_memo.get(key)
@@ -846,7 +867,7 @@ class _Run:
         # before delivers its last transfer: with the phases closed, all of a phase's dependencies are
         # in earlier phases, so under lockstep the whole phase begins then. They are replayed in the
         # same timed event, up to the first that differs or would end after the next other event.
-        order, ptr = tpl.phase_members
+        order, ptr = tpl.shape.phase_members
         base = self.base[job]
         held = self.held.get(job, {})
         q = p + 1
@@ -953,7 +974,7 @@ class _Run:
             if 16 * local.size >= tpl.size.size:  # a large share of the DAG (chained phases): one pass
                 mine_mask = np.zeros(tpl.size.size, dtype=np.bool_)
                 mine_mask[local] = True
-                return tpl, np.flatnonzero(np.repeat(mine_mask, tpl.succ_count))
+                return tpl, np.flatnonzero(np.repeat(mine_mask, tpl.shape.succ_count))
         lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
         k = hi - lo
         if k.size and k[0] == k[-1] and bool((k == k[0]).all()):  # as many edges each (a ring: one)
@@ -1002,7 +1023,7 @@ class _Run:
     def _gate(self, job: int, tpl: _Template, ready: IntArray) -> IntArray:
         """Lockstep: of the ready transfers `ready` (pool indexes) of `job`, those of its open phase or
         earlier; the others are held until their phase opens."""
-        phase = tpl.phase_of[ready - self.base[job]]
+        phase = tpl.shape.phase_of[ready - self.base[job]]
         now_open = self.open_phase[job]
         later = phase > now_open
         if not later.any():
@@ -1017,7 +1038,7 @@ class _Run:
         completes its open phase, open the next (and any already complete) and return the held
         transfers that may begin now."""
         left = self.phase_left[job]
-        phase = tpl.phase_of[local]
+        phase = tpl.shape.phase_of[local]
         if phase.size and phase[0] == phase[-1] and bool((phase == phase[0]).all()):  # the usual batch: one phase
             left[phase[0]] -= phase.size
         else:
@@ -1098,18 +1119,12 @@ class _Run:
         roots = tpl.roots + base
         if self.opts.lockstep:
             self.open_phase[j] = 0
-            self.phase_left[j] = tpl.phase_size.copy()
+            self.phase_left[j] = tpl.shape.phase_size.copy()
             self.held[j] = {}
             roots = self._gate(j, tpl, roots)
         self._begin(roots)
 
     # ---- rates ---------------------------------------------------------------------------------
-    def _crossings(self, flows: IntArray) -> tuple[IntArray, IntArray]:
-        """(flow position in `flows`, link) for every link the flows cross."""
-        paths = self.conn_path[self.f_conn[flows]]
-        row, col = np.nonzero(paths >= 0)
-        return row.astype(np.intp), paths[row, col]
-
     def _update_rates(self) -> None:
         order = np.argsort(self.f_conn, kind="stable")
         key = (self.route_version, self.f_conn[order].tobytes())
@@ -1121,10 +1136,9 @@ class _Run:
             routed = order[self.conn_hops[self.f_conn[order]] > 0]
             pos = np.flatnonzero(self.conn_hops[self.f_conn[order]] > 0)
             if routed.size:
-                flow, link = self._crossings(routed)
-                sorted_rates[pos] = max_min_rates(routed.size, flow, link, self.goodput_bps)
+                sorted_rates[pos], load = max_min_rates_on_paths(self.conn_path[self.f_conn[routed]],
+                                                                 self.goodput_bps)
                 self.rate_updates += 1
-                load = np.bincount(link, weights=sorted_rates[pos][flow], minlength=len(self.links))
                 used: IntArray = np.flatnonzero(load > 0).astype(np.intp)
                 used_bps: FloatArray = np.asarray(load[used], dtype=np.float64)
                 hit = (sorted_rates, used, used_bps)

@@ -8,21 +8,29 @@ equally among its unfrozen flows is the tightest), freeze the flows on every lin
 repeat until every flow is frozen. Each round freezes at least one link, so there are at most as
 many rounds as links, and in practice as many as there are distinct bottleneck levels.
 
-Two implementations of the same algorithm:
-- `max_min_rates`: vectorised with numpy over the flows x links incidence, kept as two parallel
-  index arrays (one entry per (flow, link) crossing: a sparse COO matrix without the values); a
-  round is a few `bincount`s and masked array operations. All links that reach the round's level
-  (within a relative tolerance) saturate in the same round.
+Three implementations of the same algorithm:
+- `max_min_rates`: compiled (numba), one link at a time from a binary heap of the links keyed by the
+  level at which each fills: (capacity - rates of its frozen flows) / its unfrozen flows. Freezing
+  a link's flows touches only the links those flows cross, so a solve costs O(crossings x log links)
+  however many levels there are. Links that fill at the same level (within a relative tolerance,
+  checked from the top of the heap) saturate in the same round. The flows x links incidence comes
+  as two parallel index arrays (one entry per (flow, link) crossing: a sparse COO matrix without the
+  values), turned into compressed rows both ways by a counting sort.
+- `max_min_rates_vectorised`: numpy over the same incidence; a round is a few `bincount`s and masked
+  array operations over every remaining crossing and every link, so a solve costs O(levels x
+  crossings). It was the simulator's solver before; on the pyramid's hashed ECMP flows (hundreds of
+  levels) it is the slow one, and it stays as the fair baseline of the speed ratio and a cross-check.
 - `max_min_rates_reference`: plain Python lists and loops, one link per round (the tightest, lowest
-  index first). It is the reference: for checking the vectorised one, and the baseline of a speed
-  ratio; it is not meant to be fast.
+  index first). It is the reference: for checking the others, and the baseline of a speed ratio; it
+  is not meant to be fast.
 
 Rates and capacities are in bits per second. Nothing about packets, queues or TCP is modelled:
 a flow's rate is its fair share from the first instant (see `fabric.flowsim` for the whole model).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -70,9 +78,42 @@ def _check(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray, capac
 def max_min_rates(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray,
                   capacity_bps: FloatArray) -> FloatArray:
     """Max-min fair rate (bits/s) of each of `n_flows` flows; flow `crossing_flow[i]` crosses link
-    `crossing_link[i]`, and link l carries at most `capacity_bps[l]`. Vectorised progressive filling
+    `crossing_link[i]`, and link l carries at most `capacity_bps[l]`. Compiled progressive filling
     (module docstring); every flow must cross at least one link, and no (flow, link) pair may repeat
     (see `incidence`)."""
+    capacity_bps = np.asarray(capacity_bps, dtype=np.float64)
+    crossing_flow = np.asarray(crossing_flow, dtype=np.int64)
+    crossing_link = np.asarray(crossing_link, dtype=np.int64)
+    _check(n_flows, crossing_flow, crossing_link, capacity_bps)
+    return _kernel()(n_flows, crossing_flow, crossing_link, capacity_bps, REL_TOL)
+
+
+def max_min_rates_on_paths(paths: IntArray, capacity_bps: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """`max_min_rates` for flows given as the rows of `paths` (flow f crosses links paths[f, :k],
+    the rest of its row -1; a link repeated in a row counts once), as the simulator keeps its
+    connections' paths; returns (each flow's rate, each link's load: the sum of its flows' rates),
+    bits/s. Every row must name at least one link."""
+    capacity_bps = np.asarray(capacity_bps, dtype=np.float64)
+    paths = np.asarray(paths, dtype=np.int64)
+    if paths.ndim != 2:
+        raise FlowSimError(f"paths must be a 2-d array (a row per flow), got {paths.ndim} dimension(s)")
+    if capacity_bps.size and not np.all(capacity_bps > 0):
+        bad = int(np.argmin(capacity_bps > 0))
+        raise FlowSimError(f"link {bad}: capacity_bps must be > 0, got {capacity_bps[bad]}")
+    if paths.size and (paths.max() >= capacity_bps.size or paths.min() < -1):
+        raise FlowSimError(f"paths name links outside 0..{capacity_bps.size - 1}")
+    if paths.shape[0] and not bool((paths >= 0).any(axis=1).all()):
+        raise FlowSimError(f"flow {int(np.argmin((paths >= 0).any(axis=1)))} crosses no link: its rate would be "
+                           "unbounded")
+    rate, load = _kernel_paths()(paths, capacity_bps, REL_TOL)
+    return rate, load
+
+
+def max_min_rates_vectorised(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray,
+                             capacity_bps: FloatArray) -> FloatArray:
+    """The same rates as `max_min_rates`, by progressive filling vectorised with numpy, every link
+    reaching a round's level (within a relative tolerance) saturating in that round (module
+    docstring): the speed ratio's fair baseline and a cross-check."""
     capacity_bps = np.asarray(capacity_bps, dtype=np.float64)
     crossing_flow = np.asarray(crossing_flow, dtype=np.intp)
     crossing_link = np.asarray(crossing_link, dtype=np.intp)
@@ -101,6 +142,23 @@ def max_min_rates(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray
         flow, link = flow[~gone], link[~gone]
     return rate
 
+
+
+@functools.cache
+def _kernel() -> Callable[..., FloatArray]:
+    """The compiled progressive filling (`fabric.flowsim._fill`), imported at its first use: numba
+    compiles it then, or loads the machine code it cached beside the module."""
+    from fabric.flowsim._fill import fill
+
+    return fill  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _kernel_paths() -> Callable[..., tuple[FloatArray, FloatArray]]:
+    """`fabric.flowsim._fill.fill_paths`, imported at its first use (as `_kernel`)."""
+    from fabric.flowsim._fill import fill_paths
+
+    return fill_paths  # type: ignore[no-any-return]
 
 def max_min_rates_reference(paths: Sequence[Sequence[int]], capacity_bps: Sequence[float]) -> list[float]:
     """The same progressive filling in plain Python: the reference implementation (for checks and as
