@@ -249,23 +249,35 @@ def _global_calls(workload: Workload) -> list[list[tuple[Collective, list[tuple[
     Ranks' collectives are matched by (process group, k-th occurrence in the step)."""
     n_steps = workload.steps
     out = []
+    # a group by a small number: its ranks' tuple is hashed once per tuple object (a mapped trace's
+    # ranks share one), not once per rank and call (16,384 ranks hashing a 16,384-rank tuple each)
+    by_id: dict[int, int] = {}
+    by_ranks: dict[tuple[int, ...], int] = {}
+
+    def group(ranks: tuple[int, ...]) -> int:
+        g = by_id.get(id(ranks))
+        if g is None:
+            g = by_id[id(ranks)] = by_ranks.setdefault(ranks, len(by_ranks))
+        return g
+
     for s in range(n_steps):
-        seen: dict[tuple[tuple[int, ...], int], list[tuple[int, int]]] = {}
-        first: dict[tuple[tuple[int, ...], int], Collective] = {}
-        order: list[tuple[tuple[int, ...], int]] = []
+        seen: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        first: dict[tuple[int, int], Collective] = {}
+        order: list[tuple[int, int]] = []
         for rt in sorted(workload.ranks, key=lambda r: r.rank):
             if s >= len(rt.steps):
                 continue
-            count: dict[tuple[int, ...], int] = defaultdict(int)
+            count: dict[int, int] = defaultdict(int)
             for i, c in enumerate(rt.steps[s].collectives):
-                key = (c.group_ranks, count[c.group_ranks])
-                count[c.group_ranks] += 1
+                g = group(c.group_ranks)
+                key = (g, count[g])
+                count[g] += 1
                 if key not in seen:
                     seen[key], first[key] = [], c
                     order.append(key)
                 elif first[key].kind != c.kind:
                     raise ReplayError(f"{workload.source}: step {rt.steps[s].number}: rank {rt.rank}'s collective "
-                                      f"#{key[1]} in group {list(key[0])} is {c.kind}, rank "
+                                      f"#{key[1]} in group {list(c.group_ranks)} is {c.kind}, rank "
                                       f"{seen[key][0][0]}'s is {first[key].kind}: the ranks do not match")
                 seen[key].append((rt.rank, i))
         calls = [(first[k], seen[k]) for k in order]
