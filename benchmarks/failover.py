@@ -14,8 +14,9 @@ count. Prints min/median/max per mode and failure kind, and the background loss 
 The timeline of each failure (ms after the fault's `at_s`, medians over the trials): `inject` the
 `ip link set down` itself; `first lost` the first lost packet's due time (negative: it was in flight);
 `port status` when the controller got the switch's port-status message (OVS noticed the port down:
-the same moment its fast-failover buckets stop using it); `decided` when the controller's move of
-the probe's slot at the sender's leaf left it (flow-mods sent; none under `static` and `ecmp`);
+the same moment its fast-failover buckets stop using it); `decided` when the controller had decided the
+move of the probe's slot at the sender's leaf (the port-status handler's start plus the policy's
+decision time; the messages are built and sent after it; none under `static` and `ecmp`);
 `restored` the due time of the first packet delivered after the longest lost span.
 """
 from __future__ import annotations

@@ -463,7 +463,16 @@ class ControllerCore:
         (self._port_down.discard if up else self._port_down.add)(link)
         if self._out_as_gray(link):
             return []  # the policy has it down already, and keeps it so until it heals
-        return self._apply(self.policy.on_link_change(sw.name, port, up, now), started)
+        return self._covered_last(self._apply(self.policy.on_link_change(sw.name, port, up, now), started), link)
+
+    def _covered_last(self, changes: list[Changes], link: tuple[str, int]) -> list[Changes]:
+        """`changes` with those of the link's two switches last: when it goes down their fast-failover
+        buckets already skip its port, while every other switch forwards into it until its own
+        changes arrive (when it comes up, nothing is lost either way)."""
+        if len(changes) < 2:
+            return changes
+        ends = {self.dpid(link[0]), self.dpid(self.fabric.peer(*link).node)}
+        return [c for c in changes if c.dpid not in ends] + [c for c in changes if c.dpid in ends]
 
     def _out_as_gray(self, link: tuple[str, int]) -> bool:
         """Whether the link at `link` is out of service because it is gray in either direction."""

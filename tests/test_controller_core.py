@@ -619,3 +619,18 @@ def test_a_detoured_packet_leaves_the_detour_leaf_by_its_direct_link_and_never_l
         assert got == [via_a3] * 16
         assert fake.trace("h4", 0, tcp(ip, 49152)) == ["leafA2", "leafA3", "leafA1", "h2"]
     _tables_forward_as_the_policy_says(core, fake)
+
+
+@pytest.mark.parametrize("down_at, end", [(("spineA0", 1), "leafA0"), (("leafA0", 1), "leafA0"),
+                                          (("spineA0", 4), "leafA3")])
+def test_a_link_down_changes_the_switches_forwarding_into_it_first(down_at, end):
+    # spineA0 -> leafA0 fails: leafA1..A3 send their slots for leafA0 over spineA0 into the dead link
+    # until their changes arrive; leafA0's fast-failover buckets already skip its dead port, so its
+    # own changes (towards leafA1..A3) come last (not first, as by name), whichever end reports it
+    fab, core, fake = programmed("dual-plane-16", "adaptive")
+    sw, port = down_at
+    changes = core.on_port_status(fab.switch_by_name[sw].dpid, port, False, 1.0)
+    names = [fab.switch_by_dpid[c.dpid].name for c in changes]
+    assert sorted(names) == ["leafA0", "leafA1", "leafA2", "leafA3"]
+    assert names[-1] == end
+    fake.apply(changes)  # and they are still the whole reaction: every pair reaches across the plane
