@@ -86,10 +86,9 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
     # ---- sending -------------------------------------------------------------------------------
     def _send(self, out: list[Out]) -> None:
         """Send (dpid, message) pairs; a switch that has gone away is skipped. A switch's consecutive
-        messages go as one write (one item on its send thread's queue, one `sendall`), as
-        `Datapath.send_msg` would send them one by one: OVS reads them together and revalidates its
-        datapath flows once for them, rather than once per message trickling in as the send threads
-        get the interpreter."""
+        messages are serialised as `Datapath.send_msg` does, then sent as one write (one item on its
+        send thread's queue, one `sendall`), so OVS reads them together instead of one by one as the
+        send threads get the interpreter."""
         for dpid, group in itertools.groupby(out, key=lambda o: o[0]):
             dp = self.dps.get(dpid)
             if dp is None:

@@ -813,7 +813,7 @@ def _joined_steps(size):
 def test_replayed_phases_without_lockstep_give_the_times_and_loads_of_simulating_every_phase(monkeypatch, case):
     # Without lockstep a phase is replayed only where the DAG itself makes it run alone: its watched
     # twin delivered every transfer at one instant, and every later phase waits for the one before it
-    # (`_Template.tight_from`). A ring over 16 ranks ordered across leaves, on dual-plane-16 with
+    # (`_Shape.tight_from`). A ring over 16 ranks ordered across leaves, on dual-plane-16 with
     # planned source ports (every flow of a step at one rate: all but the first step replayed), on
     # pyramid-16 with hashed ones (collisions: steps drift apart), with overheads, a link event or a
     # second job inside it, uneven chunks, the hierarchical form, and a DAG that is not tight (a

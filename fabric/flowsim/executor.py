@@ -42,7 +42,7 @@ timed event due before it would end, is replayed: its transfers delivered at the
 times and its load intervals logged again, in one event. Anything else (another job, a link event,
 congestion polling) and the phase is simulated. Without lockstep the same replay applies where the
 DAG's own dependencies make a phase run alone: its watched twin delivered everything at one instant,
-and every later phase waits for the one before it (`_Template.tight_from`); a ring whose flows all
+and every later phase waits for the one before it (`_Shape.tight_from`); a ring whose flows all
 get one rate (planned source ports) is such a DAG, one with ECMP collisions drifts apart and is
 simulated step by step.
 
@@ -354,7 +354,6 @@ class _Shape:
             has_prev[owner[ph[dep] == ph[owner] - 1]] = True
         loose = ph[(ph > 0) & ~has_prev]
         return int(loose.max()) if loose.size else 0
-
 
 
 class _Template:
@@ -832,7 +831,7 @@ class _Run:
 
         Without lockstep (the DAG's own dependencies), a phase is replayed only from a watched run
         that delivered every transfer at one instant (`_watch_delivered`), and only where every later
-        phase is tight (`_Template.tight_from`): then nothing begins while it runs, and when it ends
+        phase is tight (`_Shape.tight_from`): then nothing begins while it runs, and when it ends
         exactly the next phase begins, all of it, as under lockstep. A ring whose flows all get the
         same rate (planned source ports) is such a DAG; where they do not, its steps drift apart and
         are all simulated."""
