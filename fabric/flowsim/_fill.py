@@ -171,6 +171,7 @@ def fill_paths(paths: IntArray, cap: FloatArray, rel_tol: float) -> tuple[FloatA
             for i in range(j):
                 if paths[f, i] == lk:
                     seen = True
+                    break
             if not seen:
                 crossing_flow[m] = f
                 crossing_link[m] = lk

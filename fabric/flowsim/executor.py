@@ -1132,8 +1132,9 @@ class _Run:
             hit = found
         else:
             sorted_rates: FloatArray = np.zeros(len(order))
-            routed = order[self.conn_hops[self.f_conn[order]] > 0]
-            pos = np.flatnonzero(self.conn_hops[self.f_conn[order]] > 0)
+            has_path = self.conn_hops[self.f_conn[order]] > 0
+            routed = order[has_path]
+            pos = np.flatnonzero(has_path)
             if routed.size:
                 sorted_rates[pos], load = max_min_rates_on_paths(self.conn_path[self.f_conn[routed]],
                                                                  self.goodput_bps)

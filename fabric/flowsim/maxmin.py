@@ -30,7 +30,8 @@ a flow's rate is its fair share from the first instant (see `fabric.flowsim` for
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
@@ -60,12 +61,16 @@ def incidence(paths: Sequence[Sequence[int]]) -> tuple[IntArray, IntArray]:
     return np.asarray(flows, dtype=np.intp), np.asarray(links, dtype=np.intp)
 
 
-def _check(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray, capacity_bps: FloatArray) -> None:
-    if crossing_flow.shape != crossing_link.shape:
-        raise FlowSimError(f"incidence arrays differ in length: {crossing_flow.shape} and {crossing_link.shape}")
+def _check_capacity(capacity_bps: FloatArray) -> None:
     if capacity_bps.size and not np.all(capacity_bps > 0):
         bad = int(np.argmin(capacity_bps > 0))
         raise FlowSimError(f"link {bad}: capacity_bps must be > 0, got {capacity_bps[bad]}")
+
+
+def _check(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray, capacity_bps: FloatArray) -> None:
+    if crossing_flow.shape != crossing_link.shape:
+        raise FlowSimError(f"incidence arrays differ in length: {crossing_flow.shape} and {crossing_link.shape}")
+    _check_capacity(capacity_bps)
     if crossing_link.size and (crossing_link.min() < 0 or crossing_link.max() >= capacity_bps.size):
         raise FlowSimError(f"incidence names links outside 0..{capacity_bps.size - 1}")
     if crossing_flow.size and (crossing_flow.min() < 0 or crossing_flow.max() >= n_flows):
@@ -85,7 +90,8 @@ def max_min_rates(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray
     crossing_flow = np.asarray(crossing_flow, dtype=np.int64)
     crossing_link = np.asarray(crossing_link, dtype=np.int64)
     _check(n_flows, crossing_flow, crossing_link, capacity_bps)
-    return _kernel()(n_flows, crossing_flow, crossing_link, capacity_bps, REL_TOL)
+    rate: FloatArray = _compiled().fill(n_flows, crossing_flow, crossing_link, capacity_bps, REL_TOL)
+    return rate
 
 
 def max_min_rates_on_paths(paths: IntArray, capacity_bps: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -97,15 +103,13 @@ def max_min_rates_on_paths(paths: IntArray, capacity_bps: FloatArray) -> tuple[F
     paths = np.asarray(paths, dtype=np.int64)
     if paths.ndim != 2:
         raise FlowSimError(f"paths must be a 2-d array (a row per flow), got {paths.ndim} dimension(s)")
-    if capacity_bps.size and not np.all(capacity_bps > 0):
-        bad = int(np.argmin(capacity_bps > 0))
-        raise FlowSimError(f"link {bad}: capacity_bps must be > 0, got {capacity_bps[bad]}")
+    _check_capacity(capacity_bps)
     if paths.size and (paths.max() >= capacity_bps.size or paths.min() < -1):
         raise FlowSimError(f"paths name links outside 0..{capacity_bps.size - 1}")
     if paths.shape[0] and not bool((paths >= 0).any(axis=1).all()):
         raise FlowSimError(f"flow {int(np.argmin((paths >= 0).any(axis=1)))} crosses no link: its rate would be "
                            "unbounded")
-    rate, load = _kernel_paths()(paths, capacity_bps, REL_TOL)
+    rate, load = _compiled().fill_paths(paths, capacity_bps, REL_TOL)
     return rate, load
 
 
@@ -143,22 +147,14 @@ def max_min_rates_vectorised(n_flows: int, crossing_flow: IntArray, crossing_lin
     return rate
 
 
-
 @functools.cache
-def _kernel() -> Callable[..., FloatArray]:
-    """The compiled progressive filling (`fabric.flowsim._fill`), imported at its first use: numba
-    compiles it then, or loads the machine code it cached beside the module."""
-    from fabric.flowsim._fill import fill
+def _compiled() -> ModuleType:
+    """`fabric.flowsim._fill`, the compiled kernels, imported at their first use: numba compiles them
+    then, or loads the machine code it cached beside the module."""
+    from fabric.flowsim import _fill
 
-    return fill  # type: ignore[no-any-return]
+    return _fill
 
-
-@functools.cache
-def _kernel_paths() -> Callable[..., tuple[FloatArray, FloatArray]]:
-    """`fabric.flowsim._fill.fill_paths`, imported at its first use (as `_kernel`)."""
-    from fabric.flowsim._fill import fill_paths
-
-    return fill_paths  # type: ignore[no-any-return]
 
 def max_min_rates_reference(paths: Sequence[Sequence[int]], capacity_bps: Sequence[float]) -> list[float]:
     """The same progressive filling in plain Python: the reference implementation (for checks and as
