@@ -25,28 +25,23 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import subprocess
 import sys
 import time
 
 from fabric.builders import dual_plane
 from fabric.emulation.plan import parse_dump_ports
-from fabric.emulation import EmulationOptions
+from fabric.emulation import Emulation, EmulationOptions
 from fabriclab.session import Lab
 from traffic.iperf import start_iperf
 
 
-def tx_bytes(switch: str, port: int) -> int:
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
-                         capture_output=True, text=True, check=True).stdout
-    return parse_dump_ports(out)[port][0]
+def tx_bytes(em: Emulation, switch: str, port: int) -> int:
+    return parse_dump_ports(em.ofctl(switch, "dump-ports", str(port)))[port][0]
 
 
-def leaf_a0() -> dict[int, tuple[int, int]]:
+def leaf_a0(em: Emulation) -> dict[int, tuple[int, int]]:
     """leafA0's port counters: port -> (tx bytes, rx bytes)."""
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", "leafA0"],
-                         capture_output=True, text=True, check=True).stdout
-    return parse_dump_ports(out)
+    return em.port_counters("leafA0")
 
 
 # the second flow has started once leafA0 received this much from h1: three full-size packets, more
@@ -69,9 +64,9 @@ def overloaded(samples: list[tuple[float, int]]) -> bool:
     return False
 
 
-def delivered() -> int:
+def delivered(em: Emulation) -> int:
     """Bytes leafA3 has handed to h6 and h7 (its ports 3 and 4)."""
-    return tx_bytes("leafA3", 3) + tx_bytes("leafA3", 4)
+    return tx_bytes(em, "leafA3", 3) + tx_bytes(em, "leafA3", 4)
 
 
 def trial(routing: str, seconds: float, controller_args: list[str]) -> dict[str, float]:
@@ -81,7 +76,7 @@ def trial(routing: str, seconds: float, controller_args: list[str]) -> dict[str,
         if em is None or ctl is None:
             raise RuntimeError("the lab is not running")
         h1_port = fab.port_towards("leafA0", "h1")
-        base = leaf_a0()
+        base = leaf_a0(em)
         t_start = time.monotonic()
         a = start_iperf(em, "h0", "h6", "A", seconds=seconds, cport=49152, port=5201)
         b = start_iperf(em, "h1", "h7", "A", seconds=seconds, cport=49156, port=5202)
@@ -90,7 +85,7 @@ def trial(routing: str, seconds: float, controller_args: list[str]) -> dict[str,
         deadline = t_start + seconds - 5.0
         while time.monotonic() < deadline and (t_first is None or t_overload is None or t_second is None):
             t0 = time.monotonic()
-            ports = leaf_a0()
+            ports = leaf_a0(em)
             now = (t0 + time.monotonic()) / 2
             shared.append((now, ports[1][0]))
             if t_overload is None and overloaded(shared):
@@ -101,9 +96,9 @@ def trial(routing: str, seconds: float, controller_args: list[str]) -> dict[str,
                 t_first = now
             time.sleep(0.002)
         time.sleep(max(0.0, t_start + seconds - 4.5 - time.monotonic()))
-        d0, t0 = delivered(), time.monotonic()
+        d0, t0 = delivered(em), time.monotonic()
         time.sleep(4.0)
-        d1, t1 = delivered(), time.monotonic()
+        d1, t1 = delivered(em), time.monotonic()
         a.result(), b.result()
         events = [e for e in ctl.get("/api/events") if e["cause"] == "congestion"]
         steps = ctl.get("/api/congestion")

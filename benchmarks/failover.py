@@ -12,7 +12,7 @@ the link went down to `--down-s` after), divided by the rate, so receiver schedu
 count. Prints min/median/max per mode and failure kind, and the background loss outside the windows.
 
 The timeline of each failure (ms after the fault's `at_s`, medians over the trials): `inject` the
-`ip link set down` itself; `first lost` the first lost packet's due time (negative: it was in flight);
+two ends set down (one ioctl each, in each switch's namespace); `first lost` the first lost packet's due time (negative: it was in flight);
 `port status` when the controller got the switch's port-status message (OVS noticed the port down:
 the same moment its fast-failover buckets stop using it); `decided` when the controller had decided the
 move of the probe's slot at the sender's leaf (the port-status handler's start plus the policy's

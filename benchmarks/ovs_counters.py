@@ -15,8 +15,8 @@ emulated; host NICs 20 Mbit/s), `ecmp`. One TCP flow h0 -> h6 takes leafA0's upl
 - drop counters: the uplink's tx packets, rate and tx drop (`ovs-ofctl dump-ports`) and its HTB
   qdisc's drops (`tc -s qdisc`) over a 4 s flow, at the full rate and with the link degraded to
   `--degrade` of it (`Faults.degrade`): whether a rate-degraded link shows in drop counters.
-Run again with `ovs-vsctl set Open_vSwitch . other_config:max-revalidator=20` (remove it after) to
-see the revalidator's effect on the refresh.
+Run again with `--max-revalidator-ms 20` (leafA0's Open vSwitch gets `other_config:max-revalidator=20`)
+to see the revalidator's effect on the refresh.
 """
 from __future__ import annotations
 
@@ -28,31 +28,27 @@ import time
 
 from controller.core import COOKIE, PRIORITY_NUDGE, TABLE_NUDGE
 from fabric.builders import dual_plane
-from fabric.emulation import EmulationOptions
+from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.plan import parse_dump_ports
 from fabric.model import intf_name
 from fabriclab.session import Lab
 from traffic.iperf import start_iperf
 
 
-def table1_bytes(switch: str) -> int:
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch, "table=1"],
-                         capture_output=True, text=True, check=True).stdout
+def table1_bytes(em: Emulation, switch: str) -> int:
+    out = em.ofctl(switch, "dump-flows", "table=1")
     return sum(int(m) for m in re.findall(r"n_bytes=(\d+)", out))
 
 
-def add_nudge(switch: str) -> None:
+def add_nudge(em: Emulation, switch: str) -> None:
     """Add the controller's nudge flow again (`ControllerCore.nudge_flow`: table 2, which no packet
     reaches): a flow-table change, after which OVS's revalidators refresh every flow's counters."""
-    subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", switch,
-                    f"table={TABLE_NUDGE},priority={PRIORITY_NUDGE},cookie={COOKIE:#x},actions=drop"],
-                   check=True, capture_output=True)
+    em.ofctl(switch, "add-flow", f"table={TABLE_NUDGE},priority={PRIORITY_NUDGE},cookie={COOKIE:#x},actions=drop")
 
 
-def port_tx(switch: str, port: int) -> tuple[int, int, int]:
+def port_tx(em: Emulation, switch: str, port: int) -> tuple[int, int, int]:
     """(tx packets, tx bytes, tx dropped) of one port."""
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch, str(port)],
-                         capture_output=True, text=True, check=True).stdout
+    out = em.ofctl(switch, "dump-ports", str(port))
     tx_bytes = parse_dump_ports(out)[port][0]
     m = re.search(r"tx pkts=(\d+), bytes=\d+, drop=(\d+)", out)
     if m is None:
@@ -60,8 +56,9 @@ def port_tx(switch: str, port: int) -> tuple[int, int, int]:
     return int(m.group(1)), tx_bytes, int(m.group(2))
 
 
-def qdisc_dropped(dev: str) -> int:
-    out = subprocess.run(["tc", "-s", "qdisc", "show", "dev", dev], capture_output=True, text=True, check=True).stdout
+def qdisc_dropped(em: Emulation, switch: str, dev: str) -> int:
+    out = subprocess.run(["tc", "-n", em.ovs(switch).netns, "-s", "qdisc", "show", "dev", dev], capture_output=True,
+                         text=True, check=True).stdout
     return sum(int(m) for m in re.findall(r"dropped (\d+)", out))
 
 
@@ -71,18 +68,22 @@ def main() -> int:
     ap.add_argument("--nudge-ms", type=float, default=20.0, help="read the counters this long after each nudge")
     ap.add_argument("--nudge-every-ms", type=float, default=100.0, help="nudge this often")
     ap.add_argument("--degrade", type=float, default=0.3, help="fraction of its rate the degraded uplink keeps")
+    ap.add_argument("--max-revalidator-ms", type=int, default=0,
+                    help="set leafA0's Open vSwitch other_config:max-revalidator to this (0: OVS's default, 500)")
     args = ap.parse_args()
     fab = dual_plane(hosts=8, hosts_per_leaf=2, spines_per_plane=2, nic_rate_gbps=200, oversubscription=2.0)
     with Lab(fab, routing="ecmp", opts=EmulationOptions(mbps_per_gbps=0.1)) as lab:
         em, faults = lab.emulation, lab.faults
         if em is None or faults is None:
             raise RuntimeError("the lab is not running")
+        if args.max_revalidator_ms:
+            em.ovs("leafA0").vsctl(["set", "Open_vSwitch", ".", f"other_config:max-revalidator={args.max_revalidator_ms}"])
         dev = intf_name("leafA0", 1)
         flow = start_iperf(em, "h0", "h6", "A", seconds=2 * args.seconds + 2.0, cport=49152, port=5201)
         time.sleep(1.0)
         t0, last, changes = time.monotonic(), None, []
         while time.monotonic() < t0 + args.seconds:
-            n = table1_bytes("leafA0")
+            n = table1_bytes(em, "leafA0")
             if n != last:
                 changes.append((time.monotonic() - t0) * 1000)
                 last = n
@@ -94,17 +95,17 @@ def main() -> int:
         # the counters' age (the flow is the only traffic on the uplink, apart from the few probes;
         # the age includes the few ms between the two `ovs-ofctl` reads)
         fresh, ages_ms = 0, []
-        add_nudge("leafA0")  # a fresh baseline: its age would be subtracted from every later one
+        add_nudge(em, "leafA0")  # a fresh baseline: its age would be subtracted from every later one
         time.sleep(0.1)
-        last = table1_bytes("leafA0")
-        port0, flow0, t_start = port_tx("leafA0", 1)[1], last, time.monotonic()
+        last = table1_bytes(em, "leafA0")
+        port0, flow0, t_start = port_tx(em, "leafA0", 1)[1], last, time.monotonic()
         t_next = t_start
         while time.monotonic() < t_start + args.seconds:
             time.sleep(max(0.0, t_next - time.monotonic()))
             t_next += args.nudge_every_ms / 1000
-            add_nudge("leafA0")
+            add_nudge(em, "leafA0")
             time.sleep(args.nudge_ms / 1000)
-            n, port_bytes, t = table1_bytes("leafA0"), port_tx("leafA0", 1)[1], time.monotonic()
+            n, port_bytes, t = table1_bytes(em, "leafA0"), port_tx(em, "leafA0", 1)[1], time.monotonic()
             fresh += n != last
             last = n
             rate = (port_bytes - port0) / max(t - t_start, 1e-3)
@@ -120,9 +121,9 @@ def main() -> int:
         for label, fraction in (("full rate", None), (f"degraded to {args.degrade:g}", args.degrade)):
             if fraction is not None:
                 faults.degrade("leafA0", 1, fraction)
-            p0, q0, t0 = port_tx("leafA0", 1), qdisc_dropped(dev), time.monotonic()
+            p0, q0, t0 = port_tx(em, "leafA0", 1), qdisc_dropped(em, "leafA0", dev), time.monotonic()
             start_iperf(em, "h0", "h6", "A", seconds=4, cport=49152, port=5201).result()
-            p1, q1, t1 = port_tx("leafA0", 1), qdisc_dropped(dev), time.monotonic()
+            p1, q1, t1 = port_tx(em, "leafA0", 1), qdisc_dropped(em, "leafA0", dev), time.monotonic()
             print(f"uplink leafA0:1 {label}: {p1[0] - p0[0]} packets, {(p1[1] - p0[1]) * 8 / (t1 - t0) / 1e6:.2f} Mbit/s, "
                   f"tx drop {p1[2] - p0[2]}, qdisc dropped {q1 - q0}")
     return 0

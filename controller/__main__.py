@@ -22,6 +22,9 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"routing policy: {', '.join(MODES)} or package.module:ClassName (default adaptive)")
     ap.add_argument("--listen", default="127.0.0.1", help="OpenFlow listen address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=6653, help="OpenFlow listen port (default 6653)")
+    ap.add_argument("--unix", default="", metavar="PATH",
+                    help="also accept switches on this Unix socket (switches in other network namespaces, as "
+                         "the emulation runs them; OVS target unix:PATH)")
     ap.add_argument("--rest-host", default="127.0.0.1", help="REST/metrics listen address (default 127.0.0.1)")
     ap.add_argument("--rest-port", type=int, default=8080, help="REST/metrics port; 0 disables (default 8080)")
     ap.add_argument("--poll-ms", type=float, default=10.0, help="port-statistics polling interval (default 10)")
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                                          urgent_flow_poll_s=args.fast_flow_poll_ms / 1000,
                                          fast_flow_s=args.fast_flow_ms / 1000,
                                          nudge_lead_s=args.stats_nudge_ms / 1000),
-                        rest_host=args.rest_host, rest_port=args.rest_port))
+                        rest_host=args.rest_host, rest_port=args.rest_port, openflow_unix=args.unix))
 
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager

@@ -10,10 +10,12 @@ Times are monotonic (`time.monotonic()`).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
 import traceback
@@ -41,6 +43,7 @@ class AppConfig:
     poll: PollConfig = field(default_factory=PollConfig)
     rest_host: str = "127.0.0.1"
     rest_port: int = 0  # 0: no REST/metrics server
+    openflow_unix: str = ""  # also accept switches on this Unix socket ("": only os-ken's TCP listener)
 
 
 _CONFIG: AppConfig | None = None
@@ -64,6 +67,37 @@ def kill_on_exception(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+class _UnixConnection:
+    """An accepted Unix-socket connection as os-ken's `Datapath` expects a TCP one: it sets
+    TCP_NODELAY on its socket, which a Unix socket refuses (there is nothing to delay)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:
+        if level != socket.IPPROTO_TCP:
+            self._sock.setsockopt(level, option, value)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+@kill_on_exception
+def serve_unix(path: str) -> None:
+    """Accept OpenFlow connections on Unix socket `path` (switches in other network namespaces, which
+    cannot reach 127.0.0.1 of this one), each served by os-ken like a TCP connection."""
+    from os_ken.controller.controller import datapath_connection_factory
+
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(128)
+    while True:
+        conn, _ = server.accept()
+        hub.spawn(datapath_connection_factory, _UnixConnection(conn), path)
+
+
 class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
     OFP_VERSIONS = [ofp.OFP_VERSION]
 
@@ -78,6 +112,8 @@ class FabricController(app_manager.OSKenApp):  # type: ignore[misc]
         self.sessions: dict[int, DatapathSync] = {}
         self.state = ControllerState(self.core, self.sessions, self.lock, self.send_changes)
         self.threads = [hub.spawn(self._poll_loop)]
+        if self.cfg.openflow_unix:
+            self.threads.append(hub.spawn(serve_unix, self.cfg.openflow_unix))
         if self.cfg.rest_port:
             from controller.api import serve
 

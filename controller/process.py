@@ -1,6 +1,7 @@
 """Start, supervise and stop the controller as a child process (by PID, never by name)."""
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -31,6 +32,15 @@ def listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def listening_unix(path: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(str(path)) == 0
+
+
+_sockets = itertools.count()
+
+
 class ControllerProcess:
     """`python -m controller` for one topology file, logging to `log_path`."""
 
@@ -41,6 +51,8 @@ class ControllerProcess:
         self.port = port or free_port()
         self.rest_port = rest_port or free_port()
         self.routing = routing
+        # switches in other network namespaces (the emulation's) connect here: `openflow_target`
+        self.unix_path = claims.claim_dir() / f"ctl-{os.getpid()}-{next(_sockets)}.sock"
         self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_s: float | None = None  # monotonic time of the last start
@@ -54,8 +66,9 @@ class ControllerProcess:
         cmd = [
             sys.executable, "-m", "controller",
             "--topology", str(self.topology), "--routing", self.routing, "--port", str(self.port),
-            "--rest-port", str(self.rest_port), *self.extra_args,
+            "--rest-port", str(self.rest_port), "--unix", str(self.unix_path), *self.extra_args,
         ]
+        self.unix_path.parent.mkdir(parents=True, exist_ok=True)
         self._release()  # a previous (dead) process of ours
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -68,7 +81,7 @@ class ControllerProcess:
         def ready() -> bool:
             if proc.poll() is not None:
                 raise EmulationError(f"the controller exited with code {proc.returncode}:\n{self.log_tail()}")
-            return listening(self.port) and listening(self.rest_port)
+            return listening(self.port) and listening(self.rest_port) and listening_unix(self.unix_path)
 
         try:
             wait_until(f"the controller to listen on 127.0.0.1:{self.port}", ready, timeout_s)
@@ -76,6 +89,11 @@ class ControllerProcess:
             self.stop()
             raise
         return self
+
+    @property
+    def openflow_target(self) -> str:
+        """Where switches connect (OVS controller target): the Unix socket, reachable from any namespace."""
+        return f"unix:{self.unix_path}"
 
     def get(self, path: str, timeout_s: float = 5.0) -> Any:
         """GET a JSON document from the controller's REST API."""
@@ -125,6 +143,7 @@ class ControllerProcess:
         proc = self.proc
         if proc is None or proc.poll() is not None:
             self._release()
+            self.unix_path.unlink(missing_ok=True)
             return
         os.kill(proc.pid, signal.SIGTERM)
         try:
@@ -133,3 +152,4 @@ class ControllerProcess:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=timeout_s)
         self._release()
+        self.unix_path.unlink(missing_ok=True)

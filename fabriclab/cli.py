@@ -488,12 +488,12 @@ def cmd_clean(args: argparse.Namespace) -> int:
     from fabric.emulation import claims
 
     if os.geteuid() != 0:
-        raise FabriclabError("clean removes bridges, interfaces and processes: run it as root (sudo)")
+        raise FabriclabError("clean removes processes, namespaces and interfaces: run it as root (sudo)")
     live = [c for c in claims.claims() if not c.stale]
     removed = claims.reclaim_stale()
     for c, left in removed:
-        print(f"removed      {c.path.name}: {len(left.bridges)} bridges, {len(left.interfaces)} interfaces, "
-              f"{len(left.pids)} processes")
+        print(f"removed      {c.path.name}: {len(left.pids)} processes, {len(left.namespaces)} namespaces, "
+              f"{len(left.dirs)} directories, {len(left.bridges)} bridges, {len(left.interfaces)} interfaces")
     print(f"clean        {len(removed)} stale run(s) removed, {len(live)} live run(s) left alone")
     return 0
 

@@ -130,7 +130,7 @@ class Lab:
         self.controller = ControllerProcess(topo, self.run_dir / "controller.log", routing=self.routing,
                                             extra_args=args).start()
         t1 = time.monotonic()
-        self.emulation = Emulation(self.fabric, self.controller.port, self.opts).start()
+        self.emulation = Emulation(self.fabric, self.controller.openflow_target, self.opts).start()
         self.faults = Faults(self.emulation)
         t2 = time.monotonic()
         try:

@@ -95,3 +95,27 @@ def test_an_unreadable_claim_is_ignored(run_dir):
     run_dir.mkdir(parents=True)
     (run_dir / "emulation-1-0.json").write_text('{"owner_pid": 1, "bri')
     assert claims.claims() == [] and claims.reclaim_stale() == []
+
+
+def test_a_dead_runs_directories_are_removed_and_an_older_claim_still_reads(run_dir, tmp_path):
+    # a run's private Open vSwitch files (one directory per switch under the run's directory)
+    left = tmp_path / "ovs-1-0"
+    (left / "leafA0").mkdir(parents=True)
+    (left / "leafA0" / "conf.db").write_text("{}")
+    orphan = claim_in_a_process_that_exits(run_dir)
+    try:
+        (path,) = run_dir.glob("*.json")
+        doc = json.loads(path.read_text())
+        assert doc["namespaces"] == [] and doc["dirs"] == []
+        doc["dirs"] = [str(left)]
+        path.write_text(json.dumps(doc))
+        removed = claims.reclaim_stale()
+        assert [(r.pids, r.dirs) for _, r in removed] == [([orphan], [str(left)])]
+        assert not left.exists() and gone_by(orphan)
+    finally:
+        subprocess.run(["kill", "-9", str(orphan)], check=False)
+    # a claim written before namespaces and directories were recorded
+    run_dir.joinpath("emulation-1-0.json").write_text(json.dumps(
+        {"owner_pid": 1, "owner_ticks": 0, "bridges": [], "interfaces": [], "pids": []}))
+    (old,) = claims.claims()
+    assert old.namespaces == [] and old.dirs == []

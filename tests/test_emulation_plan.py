@@ -58,12 +58,30 @@ def test_switch_port_macs_are_unique_beyond_65536_switches():
         plan.port_mac(1 << 24, 1)
 
 
-def test_expected_names_are_bridges_and_switch_side_interfaces():
+def test_bridge_is_made_in_one_transaction_with_the_models_dpid_ports_and_controller():
     fab = builders.leaf_spine(hosts=2, hosts_per_leaf=2, spines=1)
-    bridges, intfs = plan.expected_names(fab)
-    assert bridges == {"leafA0", "spineA0"}
-    assert intfs == {"leafA0", "spineA0", "leafA0-eth1", "spineA0-eth1", "leafA0-eth2", "leafA0-eth3",
-                     "leafA0-gs0", "leafA0-gs1"}  # (the lossy links' sink, made only when one is)
+    args = plan.bridge_vsctl_args(fab, "leafA0", "user", "OpenFlow13", "unix:/run/x/controller.sock")
+    commands = " ".join(args).split(" -- ")
+    leaf = fab.switch_by_name["leafA0"]
+    # by hand: leafA0 has h0 on port 1, h1 on port 2 and spineA0 on port 3
+    assert sorted(c for c in commands if c.startswith("add-port")) == [
+        "add-port leafA0 leafA0-eth1", "add-port leafA0 leafA0-eth2", "add-port leafA0 leafA0-eth3"]
+    assert {c for c in commands if c.startswith("set Interface")} == {
+        "set Interface leafA0-eth1 ofport_request=1", "set Interface leafA0-eth2 ofport_request=2",
+        "set Interface leafA0-eth3 ofport_request=3"}
+    bridge = next(c for c in commands if c.startswith("set Bridge leafA0"))
+    assert f"other_config:datapath-id={leaf.dpid:016x}" in bridge and "datapath_type=netdev" in bridge
+    assert "fail_mode=secure" in bridge and "protocols=OpenFlow13" in bridge and "controller=[@c]" in bridge
+    assert 'create Controller target="unix:/run/x/controller.sock" max_backoff=1000' in " ".join(args)
+    assert "datapath_type=system" in " ".join(plan.bridge_vsctl_args(fab, "spineA0", "kernel", "OpenFlow13", "unix:/c"))
+
+
+def test_switch_setup_shapes_and_turns_offloads_off_on_its_own_ports_only():
+    fab = builders.leaf_spine(hosts=2, hosts_per_leaf=2, spines=1)
+    cmds = plan.switch_setup_commands(fab, "spineA0", "/tmp/spineA0.tc")
+    assert cmds == [f"ethtool -K spineA0-eth1 {' '.join(plan.OFFLOADS_OFF)} 2>/dev/null", "tc -batch /tmp/spineA0.tc"]
+    lines = plan.tc_batch(fab, plan.EmulationOptions(), "spineA0").split("\n")
+    assert {l.split(" dev ")[1].split()[0] for l in lines if l} == {"spineA0-eth1"}
 
 
 def test_parse_dump_ports():

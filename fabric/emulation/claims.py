@@ -1,15 +1,17 @@
 """Claims: what a run is about to create on this machine, written down before it creates it.
 
-A run that ends normally removes its bridges, veths and processes itself (`Emulation.stop`,
+A run that ends normally removes its daemons, namespaces, veths and processes itself (`Emulation.stop`,
 `ControllerProcess.stop`). A run that is killed (SIGKILL, an OOM kill, a CI job cut off, a session
-closed under it) cannot; its Open vSwitch bridges even come back with ovsdb-server. So every run first
-writes a claim, `<dir>/<kind>-<pid>-<n>.json`: its own PID and start time, the bridge and interface
-names it will create, and the PIDs (with their start times) of the processes it starts. A claim is
-*stale* when its owner no longer runs (same PID and same start time: a reused PID is another process).
+closed under it) cannot. So every run first writes a claim, `<dir>/<kind>-<pid>-<n>.json`: its own
+PID and start time, the network namespaces and directories it will create (each switch's Open vSwitch),
+and the PIDs (with their start times) of the processes it starts. A claim is *stale* when its owner
+no longer runs (same PID and same start time: a reused PID is another process).
 
-`reclaim_stale()` removes what stale claims name, and only that: bridges and root-namespace interfaces
-by name, processes by PID when their start time is still the recorded one, plus every process inside
-the network namespace of such a process (a host's namespace holds only what the run started there).
+`reclaim_stale()` removes what stale claims name, and only that: processes by PID when their start
+time is still the recorded one, plus every process inside the network namespace of such a process
+(a host's or switch's namespace holds only what the run started there); then the named namespaces
+(and with them the interfaces in them) and directories; and, from claims of older versions, bridges
+of the system's Open vSwitch and root-namespace interfaces by name.
 The next run does it before it starts (`Emulation.start`), a user with `fabriclab clean`. Claims of live
 runs are never touched, so two runs on one machine still refuse each other's names.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -60,6 +63,8 @@ class Claim:
     bridges: list[str] = field(default_factory=list)
     interfaces: list[str] = field(default_factory=list)
     pids: list[tuple[int, int | None]] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)  # named network namespaces (`ip netns`)
+    dirs: list[str] = field(default_factory=list)  # directories (private Open vSwitch instances)
 
     @property
     def stale(self) -> bool:
@@ -75,7 +80,8 @@ class Claim:
 
     def _write(self) -> None:
         doc = {"owner_pid": self.owner_pid, "owner_ticks": self.owner_ticks, "bridges": self.bridges,
-               "interfaces": self.interfaces, "pids": [list(p) for p in self.pids]}
+               "interfaces": self.interfaces, "pids": [list(p) for p in self.pids],
+               "namespaces": self.namespaces, "dirs": self.dirs}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(self.path)
@@ -85,18 +91,20 @@ class Claim:
         try:
             doc = json.loads(path.read_text())
             return cls(path, int(doc["owner_pid"]), doc["owner_ticks"], list(doc["bridges"]),
-                       list(doc["interfaces"]), [(int(p), t) for p, t in doc["pids"]])
+                       list(doc["interfaces"]), [(int(p), t) for p, t in doc["pids"]],
+                       [str(n) for n in doc.get("namespaces", [])], [str(d) for d in doc.get("dirs", [])])
         except (OSError, ValueError, KeyError, TypeError):
             return None  # unreadable (a run killed while writing it): nothing we can act on safely
 
 
 def claim(kind: str, bridges: Iterable[str] = (), interfaces: Iterable[str] = (),
-          pids: list[int] | None = None) -> Claim:
+          pids: list[int] | None = None, namespaces: Iterable[str] = (), dirs: Iterable[str] = ()) -> Claim:
     """Record what this process is about to create (write it before creating anything)."""
     d = claim_dir()
     d.mkdir(parents=True, exist_ok=True)
     me = os.getpid()
-    c = Claim(d / f"{kind}-{me}-{next(_counter)}.json", me, start_ticks(me), sorted(bridges), sorted(interfaces))
+    c = Claim(d / f"{kind}-{me}-{next(_counter)}.json", me, start_ticks(me), sorted(bridges), sorted(interfaces),
+              namespaces=sorted(namespaces), dirs=sorted(dirs))
     c.add_pids(pids or [])
     return c
 
@@ -107,39 +115,61 @@ def claims() -> list[Claim]:
     return [c for c in found if c is not None]
 
 
-def _namespace_members(pid: int) -> list[int]:
-    """Every process in the network namespace of `pid`, if that is not our own (root) namespace."""
-    try:
-        ns = os.readlink(f"/proc/{pid}/ns/net")
-        if ns == os.readlink("/proc/self/ns/net"):
-            return []
-    except OSError:
-        return []
+def _processes_in_netns(ino: int) -> list[int]:
+    """Every process whose network namespace has inode `ino`."""
     members = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.readlink(entry / "ns" / "net") == ns:
+                if os.stat(entry / "ns" / "net").st_ino == ino:
                     members.append(int(entry.name))
             except OSError:
                 continue
     return members
 
 
+def _namespace_members(pid: int) -> list[int]:
+    """Every process in the network namespace of `pid`, if that is not our own (root) namespace."""
+    try:
+        ino = os.stat(f"/proc/{pid}/ns/net").st_ino
+        if ino == os.stat("/proc/self/ns/net").st_ino:
+            return []
+    except OSError:
+        return []
+    return _processes_in_netns(ino)
+
+
+def _named_namespace_members(name: str) -> list[int]:
+    """Every process in the named network namespace `name` (`ip netns`), if it exists."""
+    try:
+        return _processes_in_netns(os.stat(f"/var/run/netns/{name}").st_ino)
+    except OSError:
+        return []
+
+
 def reclaim(c: Claim) -> system.Leftovers:
     """Remove what claim `c` names and still exists; returns what was removed."""
     procs = [p for p, t in c.pids if same_process(p, t)]
-    victims = sorted({m for p in procs for m in _namespace_members(p)} | set(procs))
-    found = system.present(set(c.bridges), set(c.interfaces), victims)
+    victims = sorted({m for p in procs for m in _namespace_members(p)} | set(procs)
+                     | {m for n in c.namespaces for m in _named_namespace_members(n)})
+    found = system.present(set(c.bridges), set(c.interfaces), victims, set(c.namespaces), set(c.dirs))
     for pid in found.pids:
         system.kill(pid)
+    for pid in found.pids:
+        system.wait_gone(pid, 5.0)
+    if found.namespaces:  # deleting a namespace removes the interfaces in it (and their veth peers)
+        subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in found.namespaces),
+                       capture_output=True, text=True, check=False)
+    for d in found.dirs:
+        shutil.rmtree(d, ignore_errors=True)
     for br in found.bridges:
         subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], capture_output=True, check=False)
     gone = system.present(set(), set(found.interfaces), []).interfaces  # deleting one veth end removes both
     if gone:
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"link del dev {i}\n" for i in gone),
                        capture_output=True, text=True, check=False)
-    ovs_up = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, check=False).returncode == 0
+    ovs_up = bool(c.bridges) and subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True,
+                                                check=False).returncode == 0
     if ovs_up or not c.bridges:
         c.release()  # else keep it: the bridges come back when ovsdb-server starts again
     return found

@@ -2,20 +2,27 @@
 
 This is the only module that imports Mininet. It runs what `fabric.emulation.plan` computes:
 
-- switches: OVS, OpenFlow 1.3 (and 1.5), fail-mode secure, the model's dpid, the model's port numbers;
-  kernel datapath where the `openvswitch` module is loaded, userspace (`netdev`) otherwise (probed);
+- switches: each in an Open vSwitch of its own (`fabric.emulation.ovs`: an ovsdb-server and an
+  ovs-vswitchd in a network namespace holding only that switch's ports, so a link event costs only
+  the switches at its ends), OpenFlow 1.3 (and 1.5), fail-mode secure, the model's dpid and port
+  numbers, connected to the controller's Unix socket; kernel datapath where the `openvswitch` module
+  is loaded, userspace (`netdev`) otherwise (probed);
 - links: HTB-shaped at `rate_gbps x mbps_per_gbps` Mbit/s (one scale factor for the whole fabric);
   offloads and IPv6 off on the switch ends;
 - hosts: one interface per NIC port (`h0-eth0` in plane A, `h0-eth1` in plane B), the model's
   address and MAC, offloads off, IPv6 off, static ARP for every NIC in the same plane, no default route;
-- teardown that leaves no bridge, veth or process of the run behind, checked by `leftovers()`.
+- teardown that leaves no daemon, namespace, veth or process of the run behind, checked by `leftovers()`.
 
 It implements `fabric.emulation.hosts.Hosts` (run a command in a host) for the traffic tools, and
 sets interfaces up or down for `fabric.emulation.faults`.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import os
+import secrets
+import socket
 import subprocess
 import tempfile
 import time
@@ -23,7 +30,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fabric.emulation import claims, plan, system
+from fabric.emulation import claims, ovs, plan, system
 from fabric.emulation.plan import EmulationOptions
 from fabric.emulation.system import Leftovers
 from fabric.errors import EmulationError
@@ -39,21 +46,25 @@ SWITCH_PORT_SOCKET_BYTES = 4 << 20
 class Emulation:
     """A running emulated fabric. Use as a context manager; `stop()` is idempotent.
 
-    The controller must already listen on 127.0.0.1:`controller_port` (start it first: OVS backs
+    The controller must already listen at `controller_target` (an OVS controller target reachable
+    from the switches' namespaces, e.g. `unix:/run/fabriclab/ctl-1-0.sock`; start it first: OVS backs
     off reconnecting to a controller that is not there yet).
     """
 
-    def __init__(self, fabric: Fabric, controller_port: int, opts: EmulationOptions | None = None) -> None:
+    def __init__(self, fabric: Fabric, controller_target: str, opts: EmulationOptions | None = None) -> None:
         self.fabric = fabric
         self.opts = opts or EmulationOptions()
-        self.controller_port = controller_port
+        self.controller_target = controller_target
         self.net: Any = None
         self.datapath = ""
         self._pids: list[int] = []
         self._claim: claims.Claim | None = None
+        self._instances: dict[str, ovs.OvsInstance] = {}  # switch -> its Open vSwitch
+        self._rundir: Path | None = None
+        self._sockets: dict[str, socket.socket] = {}  # node -> a socket in its namespace (`set_interfaces`)
         self._switch_index = {s.name: i for i, s in enumerate(fabric.switches)}
         self._lossy: set[tuple[str, int]] = set()  # interfaces with a loss filter (`set_gray`)
-        self._sinks: set[str] = set()  # namespaces with the lossy links' sink ("": the root one)
+        self._sinks: set[str] = set()  # nodes whose namespace has the lossy links' sink
 
     # -- lifecycle --
     def start(self) -> "Emulation":
@@ -64,39 +75,28 @@ class Emulation:
         from mininet.link import Link
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
 
         # Mininet logs HTB quantum warnings as errors; outcomes are checked by us instead.
         setLogLevel(os.environ.get("FABRICLAB_MININET_LOG", "critical"))
         system.check_ovs()
         claims.reclaim_stale()  # leftovers of killed runs (never of live ones)
-        self._check_no_clash()
-        self._claim = claims.claim("emulation", *plan.expected_names(self.fabric))
-        switch_cls = partial(
-            OVSSwitch,
-            datapath=self.datapath,
-            protocols=self.opts.protocols,
-            failMode="secure",
-            reconnectms=1000,  # OVS's minimum max_backoff
-            batch=True,
-        )
-
-        class _Controller(RemoteController):  # type: ignore[misc, valid-type]
-            def checkListening(self) -> None:
-                """Mininet probes with `telnet`, whose output (the controller's binary OpenFlow
-                hello) it then fails to decode; the session has already checked the controller."""
-
-        ctrl = partial(_Controller, ip="127.0.0.1", port=self.controller_port)
-        self.net = Mininet(topo=None, switch=switch_cls, controller=ctrl, link=Link, ipBase="198.18.0.0/15",
+        run = f"{os.getpid()}-{next(_runs)}{secrets.token_hex(2)}"  # unique even when a PID is reused
+        base = claims.claim_dir() / f"ovs-{run}"
+        self._instances = {
+            s.name: ovs.OvsInstance(s.name, f"fl-{run}-{s.name}", base / s.name) for s in self.fabric.switches
+        }
+        self._claim = claims.claim("emulation", namespaces=[i.netns for i in self._instances.values()],
+                                   dirs=[str(base)])
+        self._rundir = base
+        switch_cls = partial(_switch_class(), instances=self._instances)
+        self.net = Mininet(topo=None, switch=switch_cls, controller=None, link=Link, ipBase="198.18.0.0/15",
                            autoSetMacs=False, autoStaticArp=False, build=False, waitConnected=False)
         try:
+            ovs.start_all(list(self._instances.values()), self._add_pids)
             self._build()
+            self.net.start()  # hosts only: the switches' bridges are made next
             with system.raised_socket_buffers(SWITCH_PORT_SOCKET_BYTES):
-                self.net.start()  # ovs-vsctl waits until vswitchd has added every port
-            bridges = plan.expected_names(self.fabric)[0]
-            missing = sorted(bridges - set(system.present(bridges, set(), []).bridges))
-            if missing:
-                raise EmulationError(f"Open vSwitch did not create bridges {missing[:5]} (see ovs-vswitchd.log)")
+                self._make_bridges()  # ovs-vsctl waits until vswitchd has added every port
             self._configure_switch_ports()
             self._configure_hosts()
         except BaseException:
@@ -104,19 +104,13 @@ class Emulation:
             raise
         return self
 
-    def _check_no_clash(self) -> None:
-        bridges, intfs = plan.expected_names(self.fabric)
-        clash = system.present(bridges, intfs, [])
-        if not clash.empty():
-            raise EmulationError(
-                "names this fabric needs are already in use by a run that is still running (or by leftovers "
-                "this version did not record; remove them with `ovs-vsctl del-br` and `ip link del`): "
-                f"bridges {clash.bridges[:5]}, interfaces {clash.interfaces[:5]}"
-            )
+    def _add_pids(self, pids: list[int]) -> None:
+        self._pids += pids
+        if self._claim is not None:
+            self._claim.add_pids(pids)
 
     def _build(self) -> None:
         fab, net = self.fabric, self.net
-        net.addController("c0")
         for sw in fab.switches:
             net.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
         for host in fab.hosts:
@@ -139,24 +133,41 @@ class Emulation:
             net.addLink(link.a.node, link.b.node, port1=link.a.port, port2=link.b.port, addr1=macs[0],
                         addr2=macs[1], params1=params[0], params2=params[1])
         net.build()
-        self._pids = [n.pid for n in net.hosts + net.switches if getattr(n, "pid", None)]
-        if self._claim is not None:
-            self._claim.add_pids(self._pids)
+        self._add_pids([n.pid for n in net.hosts + net.switches if getattr(n, "pid", None)])
+
+    def _make_bridges(self) -> None:
+        """Each switch's bridge in its own Open vSwitch, one transaction each, all side by side."""
+        if not self.controller_target.startswith("unix:"):
+            raise EmulationError(f"the switches reach the controller on a Unix socket (unix:PATH), got "
+                                 f"{self.controller_target!r}: 127.0.0.1 of this namespace is not theirs")
+        procs = []
+        for name, inst in self._instances.items():
+            # OVS connects only to Unix sockets inside its own run directory: a link to the controller's
+            link = inst.rundir / "controller.sock"
+            link.symlink_to(self.controller_target[len("unix:"):])
+            args = plan.bridge_vsctl_args(self.fabric, name, self.datapath, self.opts.protocols, f"unix:{link}")
+            procs.append((name, subprocess.Popen(inst.vsctl_cmd(args), stdin=subprocess.DEVNULL,
+                                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                                 env=inst.env())))
+        failed = []
+        for name, proc in procs:
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                failed.append(f"{name}: {err.strip()[-300:]} {self._instances[name].log_tail()}")
+        if failed:
+            raise EmulationError(f"Open vSwitch did not make {len(failed)} bridge(s), e.g. {failed[0]}")
 
     def _configure_switch_ports(self) -> None:
-        """Shape every switch-side interface (root namespace) with one `tc -batch`; offloads off;
-        IPv6 off on them and on the bridges' own interfaces (`plan.disable_ipv6_path`): a port going
-        down or up otherwise also adds or removes its link-local address, and ovs-vswitchd re-reads
-        every interface's addresses and state on each such event, which delays its port-status
-        message by ~0.2 ms per port it runs (`benchmarks/ovs_port_notice.py`)."""
-        system.run_batch(["tc"], plan.tc_batch(self.fabric, self.opts, None), "shaping switch ports")
-        bridges, intfs = plan.expected_names(self.fabric)
-        for intf in sorted(intfs - bridges):
-            subprocess.run(["ethtool", "-K", intf, *plan.OFFLOADS_OFF], capture_output=True, check=False)
-        for intf in sorted(intfs):
-            path = plan.disable_ipv6_path(intf)
-            if path.exists():  # a bridge of the userspace datapath may have no kernel interface
-                path.write_text("1\n")
+        """In each switch's namespace: HTB on every port (`tc -batch`), offloads off. IPv6 is off on
+        every interface there already (`ovs.start_all`)."""
+        with tempfile.TemporaryDirectory(prefix="fabriclab-switches-") as tmp:
+            for sw in self.fabric.switches:
+                shaping = Path(tmp) / f"{sw.name}.tc"
+                shaping.write_text(plan.tc_batch(self.fabric, self.opts, sw.name))
+                cmds = plan.switch_setup_commands(self.fabric, sw.name, str(shaping))
+                out = self._node(sw.name).cmd("; ".join(cmds) + "; echo rc=$?")
+                if "rc=0" not in out:
+                    raise EmulationError(f"configuring switch {sw.name} failed: {out.strip()[-300:]}")
 
     def _configure_hosts(self) -> None:
         with tempfile.TemporaryDirectory(prefix="fabriclab-hosts-") as tmp:
@@ -172,31 +183,24 @@ class Emulation:
 
     def stop(self) -> None:
         net, self.net = self.net, None
-        if net is None:
-            if self._claim is not None:
-                self._claim.release()
-            return
-        bridges, intfs = plan.expected_names(self.fabric)
+        for sock in self._sockets.values():
+            sock.close()
+        self._sockets.clear()
+        instances = list(self._instances.values())
         try:
-            # Every link has a switch end in the root namespace: deleting those ends removes each
-            # veth pair, all in one `ip -batch` (Mininet would run one shell command per interface,
-            # ~14 ms each). Mininet then only stops switches and hosts.
-            gone = system.present(set(), intfs - bridges, []).interfaces
-            if gone:
-                subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"link del dev {i}\n" for i in gone),
-                               capture_output=True, text=True, check=False)
+            if net is not None:
+                # The switches' daemons first (by PID), then Mininet's shells; deleting each switch's
+                # namespace then removes its interfaces, and with them every veth pair of the run
+                # (Mininet would run one shell command per interface, ~14 ms each).
+                ovs.stop_all(instances, namespaces_too=False)
                 net.links = []
-            net.stop()
+                net.stop()
         finally:
             # Mininet's stop is best effort; remove whatever of ours is still there.
-            rest = system.present(bridges, intfs, self._pids)
-            for br in rest.bridges:
-                subprocess.run(["ovs-vsctl", "--if-exists", "del-br", br], capture_output=True, check=False)
-            for intf in rest.interfaces:
-                subprocess.run(["ip", "link", "del", intf], capture_output=True, check=False)
-            for pid in rest.pids:
+            ovs.stop_all(instances)
+            for pid in system.present(set(), set(), self._pids).pids:
                 system.kill(pid)
-            if self._claim is not None and system.present(bridges, intfs, self._pids).empty():
+            if self._claim is not None and self.leftovers().empty():
                 self._claim.release()
 
     def __enter__(self) -> "Emulation":
@@ -207,9 +211,9 @@ class Emulation:
 
     # -- state --
     def leftovers(self) -> Leftovers:
-        """What of this run still exists (bridges, root-namespace interfaces, host/switch processes)."""
-        bridges, intfs = plan.expected_names(self.fabric)
-        return system.present(bridges, intfs, self._pids)
+        """What of this run still exists (processes, the switches' namespaces, Open vSwitch's files)."""
+        return system.present(set(), set(), self._pids, {i.netns for i in self._instances.values()},
+                              {str(self._rundir)} if self._rundir is not None else set())
 
     @property
     def pids(self) -> list[int]:
@@ -245,26 +249,25 @@ class Emulation:
         return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
     # -- links, for fault injection --
+    def _socket(self, node: str) -> socket.socket:
+        sock = self._sockets.get(node)
+        if sock is None:
+            inst = self._instances.get(node)
+            path = f"/var/run/netns/{inst.netns}" if inst else f"/proc/{self._node(node).pid}/ns/net"
+            sock = self._sockets[node] = system.netns_socket(path)
+        return sock
+
     def set_interfaces(self, ends: list[tuple[str, int]], up: bool) -> tuple[float, float]:
-        """Set the interfaces at these (node, port) ends up or down: switch ends (root namespace)
-        first, in one `ip -batch`, then host ends in their namespaces. Returns monotonic times just
+        """Set the interfaces at these (node, port) ends up or down, in the given order, one ioctl each
+        in the node's namespace (no process started between them). Returns monotonic times just
         before the first and just after the last change."""
-        state = "up" if up else "down"
-        switch_ends = [e for e in ends if e[0] in self.fabric.switch_by_name]
-        host_ends = [e for e in ends if e[0] in self.fabric.host_by_name]
-        unknown = [e for e in ends if e not in switch_ends and e not in host_ends]
+        unknown = [e for e in ends if e[0] not in self.fabric.switch_by_name and e[0] not in self.fabric.host_by_name]
         if unknown:
             raise EmulationError(f"no such node in fabric {self.fabric.name!r}: {unknown[0][0]!r}")
-        batch = "".join(f"link set dev {intf_name(n, p)} {state}\n" for n, p in switch_ends)
+        socks = [(self._socket(n), intf_name(n, p)) for n, p in ends]
         t0 = time.monotonic()
-        if batch:
-            res = subprocess.run(["ip", "-batch", "-"], input=batch, capture_output=True, text=True, check=False)
-            if res.returncode != 0:
-                raise EmulationError(f"setting {len(switch_ends)} switch ports {state} failed: {res.stderr[-300:]}")
-        for n, p in host_ends:
-            res = self.run(n, ["ip", "link", "set", "dev", intf_name(n, p), state])
-            if res.returncode != 0:
-                raise EmulationError(f"setting {intf_name(n, p)} {state} failed: {res.stderr[-300:]}")
+        for sock, intf in socks:
+            system.set_link_up(sock, intf, up)
         return t0, time.monotonic()
 
     def set_gray(self, ends: list[tuple[str, int]], rate_fraction: float, loss: float) -> tuple[float, float]:
@@ -276,10 +279,9 @@ class Emulation:
         cmds: list[tuple[str, list[str]]] = []
         sink = plan.gray_sink_names(self.fabric)
         for node, port in ends:
-            ns = node if node in self.fabric.host_by_name else ""
-            if loss > 0 and ns not in self._sinks:
+            if loss > 0 and node not in self._sinks:
                 cmds += [(node, c) for c in plan.sink_commands(sink)]
-                self._sinks.add(ns)
+                self._sinks.add(node)
             self.fabric.peer(node, port)  # raises TopologyError for a port with no link
             link = next(l for l in self.fabric.links if (node, port) in ((l.a.node, l.a.port), (l.b.node, l.b.port)))
             dev = intf_name(node, port)
@@ -287,10 +289,7 @@ class Emulation:
             cmds += [(node, c) for c in plan.gray_commands(dev, mbps, loss, (node, port) in self._lossy, sink[0])]
         t0 = time.monotonic()
         for node, cmd in cmds:
-            if node in self.fabric.switch_by_name:
-                res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            else:
-                res = self.run(node, cmd)
+            res = self.run(node, cmd)
             if res.returncode != 0:
                 raise EmulationError(f"{' '.join(cmd)} failed: {res.stderr.strip()[-300:]}")
         t1 = time.monotonic()
@@ -306,14 +305,73 @@ class Emulation:
             raise EmulationError("the emulation is not running")
         CLI(self.net)
 
-    # -- counters, read from OVS itself (independent of the controller) --
+    # -- Open vSwitch itself (independent of the controller) --
+    def ovs(self, switch: str) -> ovs.OvsInstance:
+        """The Open vSwitch instance that runs `switch`."""
+        if switch not in self._instances:
+            raise EmulationError(f"no switch {switch!r} in fabric {self.fabric.name!r}")
+        return self._instances[switch]
+
+    def ofctl(self, switch: str, *args: str, timeout_s: float = 10.0) -> str:
+        """`ovs-ofctl -O OpenFlow13 CMD <switch> ARGS...` on `switch`'s bridge; its output."""
+        inst = self.ovs(switch)
+        cmd, rest = args[0], args[1:]
+        res = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", f"--timeout={max(1, int(timeout_s))}", cmd,
+                              inst.mgmt(switch), *rest], capture_output=True, text=True, check=False)
+        if res.returncode != 0:
+            raise EmulationError(f"ovs-ofctl {cmd} {switch} failed: {res.stderr.strip()[-200:]}")
+        return res.stdout
+
     def port_counters(self, switch: str) -> dict[int, tuple[int, int]]:
         """OpenFlow port -> (tx bytes, rx bytes) of `switch`, read with `ovs-ofctl dump-ports`."""
-        if switch not in self.fabric.switch_by_name:
-            raise EmulationError(f"no switch {switch!r} in fabric {self.fabric.name!r}")
-        res = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", switch], capture_output=True,
-                             text=True, check=False)
-        if res.returncode != 0:
-            raise EmulationError(f"ovs-ofctl dump-ports {switch} failed: {res.stderr.strip()[-200:]}")
-        return plan.parse_dump_ports(res.stdout)
+        return plan.parse_dump_ports(self.ofctl(switch, "dump-ports"))
 
+
+_runs = itertools.count()
+
+
+@functools.cache
+def _switch_class() -> type:
+    """Mininet's node class for a switch, made on first use (Mininet is imported only here)."""
+    from mininet.node import Switch
+
+    class NamespacedSwitch(Switch):  # type: ignore[misc, valid-type]
+        """A switch node whose shell (and so every command Mininet runs for it, and every interface
+        Mininet makes for it) is in the network namespace of its own Open vSwitch instance, made
+        beforehand by `ovs.start_all`. Its bridge is made by `Emulation._make_bridges`; it goes away
+        with the instance."""
+
+        def __init__(self, name: str, instances: dict[str, ovs.OvsInstance], **params: Any) -> None:
+            self.instance = instances[name]
+            self._joining = False
+            params["inNamespace"] = True
+            super().__init__(name, **params)
+
+        def startShell(self, mnopts: Any = None) -> None:
+            # Mininet would make a new namespace (`mnexec -n`); join the instance's instead.
+            self.inNamespace, self._joining = False, True
+            try:
+                super().startShell(mnopts)
+            finally:
+                self.inNamespace, self._joining = True, False
+
+        def _popen(self, cmd: list[str], **params: Any) -> Any:
+            if self._joining:
+                cmd = ["ip", "netns", "exec", self.instance.netns, *cmd]
+            return super()._popen(cmd, **params)
+
+        def start(self, controllers: Any) -> None:
+            pass
+
+        def stop(self, deleteIntfs: bool = True) -> None:
+            pass
+
+        @classmethod
+        def batchStartup(cls, switches: Any) -> Any:
+            return switches
+
+        @classmethod
+        def batchShutdown(cls, switches: Any) -> Any:
+            return switches
+
+    return NamespacedSwitch

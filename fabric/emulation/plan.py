@@ -2,7 +2,7 @@
 
 - `EmulationOptions` and `check_options`: how real rates map onto the emulator, and what this
   machine cannot emulate faithfully (refused with the reason, before anything is built);
-- names: OVS bridges and root-namespace interfaces a run creates (`expected_names`), switch-port MACs;
+- switches: each bridge as one `ovs-vsctl` transaction (`bridge_vsctl_args`), switch-port MACs;
 - batches: `tc -batch` input shaping links with HTB, `ip -batch` input installing static ARP,
   and the per-host set-up commands (offloads off, IPv6 off, no ICMP rate limit).
 
@@ -143,8 +143,8 @@ def loss_bytecode(loss: float) -> str:
 
 
 def gray_sink_names(fabric: Fabric) -> tuple[str, str]:
-    """The veth pair a lossy link's dropped packets are redirected into: in the root namespace for
-    switch ends, the same names inside a host's namespace for host ends."""
+    """The veth pair a lossy link's dropped packets are redirected into, made inside the namespace of
+    each node (switch or host) with a lossy end."""
     base = fabric.switches[0].name[:9] if fabric.switches else "fabriclab"
     return f"{base}-gs0", f"{base}-gs1"
 
@@ -202,20 +202,35 @@ def host_setup_commands(fabric: Fabric, host: str, arp_file: str, tc_file: str) 
     return cmds
 
 
-def expected_names(fabric: Fabric) -> tuple[set[str], set[str]]:
-    """(OVS bridge names, root-namespace interface names) that a run of this fabric creates (the gray
-    failures' sink only if a link is made lossy)."""
-    bridges = {s.name for s in fabric.switches}
-    intfs = set(bridges) | set(gray_sink_names(fabric))
+def switch_setup_commands(fabric: Fabric, switch: str, tc_file: str) -> list[str]:
+    """Shell commands run inside a switch's namespace (made with IPv6 off): offloads off on every
+    port; HTB on every port."""
+    cmds = [f"ethtool -K {dev} {' '.join(OFFLOADS_OFF)} 2>/dev/null" for dev in switch_interfaces(fabric, {switch})]
+    cmds.append(f"tc -batch {tc_file}")
+    return cmds
+
+
+def bridge_vsctl_args(fabric: Fabric, switch: str, datapath: str, protocols: str, controller: str) -> list[str]:
+    """`ovs-vsctl` arguments making `switch`'s bridge in one transaction: the model's dpid and port
+    numbers, fail-mode secure, no in-band control, `controller` (an OVS target, e.g. unix:PATH) with
+    a 1 s reconnect back-off (OVS's minimum)."""
+    sw = fabric.switch_by_name[switch]
+    dp_type = "netdev" if datapath == "user" else "system"
+    args = ["--", "--id=@c", "create", "Controller", f'target="{controller}"', "max_backoff=1000",
+            "--", "add-br", switch,
+            "--", "set", "Bridge", switch, "controller=[@c]", f"datapath_type={dp_type}", f"protocols={protocols}",
+            "fail_mode=secure", f"other_config:datapath-id={sw.dpid:016x}", "other_config:disable-in-band=true",
+            f"other_config:dp-desc={switch}"]
     for link in fabric.links:
         for end in (link.a, link.b):
-            if end.node in fabric.switch_by_name:
-                intfs.add(intf_name(end.node, end.port))
-    return bridges, intfs
+            if end.node == switch:
+                dev = intf_name(end.node, end.port)
+                args += ["--", "add-port", switch, dev, "--", "set", "Interface", dev, f"ofport_request={end.port}"]
+    return args
 
 
 def switch_interfaces(fabric: Fabric, switches: set[str]) -> list[str]:
-    """Root-namespace interfaces of these switches' ports, in link order."""
+    """Interfaces of these switches' ports (each in its switch's namespace), in link order."""
     out = []
     for link in fabric.links:
         for end in (link.a, link.b):

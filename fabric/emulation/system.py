@@ -1,19 +1,28 @@
 """What this machine has and what a run left on it (thin I/O: /sys, ovs-vsctl, ip).
 
 - kernel modules (`openvswitch` for the kernel datapath, `sch_netem` for delay/loss), probed;
-- whether Open vSwitch runs;
-- which of a run's bridges, interfaces and processes still exist (`present`);
-- the socket buffer defaults the userspace datapath's ports are created with (`raised_socket_buffers`).
+- whether Open vSwitch is installed;
+- which of a run's processes, namespaces, directories (and, from older runs, bridges and interfaces)
+  still exist (`present`);
+- the socket buffer defaults the userspace datapath's ports are created with (`raised_socket_buffers`);
+- interfaces set up or down in another network namespace with one ioctl (`netns_socket`, `set_link_up`).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import fcntl
 import importlib.util
 import os
+import shutil
+import socket
+import struct
 import subprocess
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import AbstractSet, Iterator
 
 from fabric.errors import EmulationError
 
@@ -36,16 +45,14 @@ def has_netem() -> bool:
     return kernel_module_loaded("sch_netem")
 
 
+OVS_PROGRAMS = ("ovsdb-server", "ovsdb-tool", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl")
+
+
 def check_ovs() -> None:
-    try:
-        res = subprocess.run(["ovs-vsctl", "--timeout=5", "show"], capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise EmulationError("Open vSwitch is not installed; run scripts/setup.sh") from None
-    if res.returncode != 0:
-        raise EmulationError(
-            "Open vSwitch is not running (ovs-vsctl show failed: "
-            f"{res.stderr.strip()}); run scripts/setup.sh to start ovsdb-server and ovs-vswitchd"
-        )
+    """Open vSwitch's programs are installed (each emulated switch runs daemons of its own)."""
+    missing = [p for p in OVS_PROGRAMS if shutil.which(p) is None]
+    if missing:
+        raise EmulationError(f"Open vSwitch is not installed (no {', '.join(missing)}); run scripts/setup.sh")
 
 
 @dataclass
@@ -53,20 +60,29 @@ class Leftovers:
     bridges: list[str] = field(default_factory=list)
     interfaces: list[str] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return not (self.bridges or self.interfaces or self.pids)
+        return not (self.bridges or self.interfaces or self.pids or self.namespaces or self.dirs)
 
 
-def present(bridges: set[str], intfs: set[str], pids: list[int]) -> Leftovers:
-    """Which of these OVS bridges, root-namespace interfaces and processes exist now."""
+def present(bridges: set[str], intfs: set[str], pids: list[int], namespaces: AbstractSet[str] = frozenset(),
+            dirs: AbstractSet[str] = frozenset()) -> Leftovers:
+    """Which of these bridges (of the system's Open vSwitch), root-namespace interfaces, processes,
+    named network namespaces and directories exist now."""
     out = Leftovers()
-    res = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True, check=False)
-    out.bridges = sorted(set(res.stdout.split()) & bridges)
-    res = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False)
-    names = {line.split(":")[1].strip().split("@")[0] for line in res.stdout.splitlines() if ":" in line}
-    out.interfaces = sorted(names & intfs)
+    if bridges:
+        res = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True, check=False)
+        out.bridges = sorted(set(res.stdout.split()) & bridges)
+    if intfs:
+        res = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=False)
+        names = {line.split(":")[1].strip().split("@")[0] for line in res.stdout.splitlines() if ":" in line}
+        out.interfaces = sorted(names & intfs)
     out.pids = [p for p in pids if alive(p)]
+    if namespaces:
+        out.namespaces = sorted(n for n in namespaces if Path("/var/run/netns", n).exists())
+    out.dirs = sorted(d for d in dirs if Path(d).exists())
     return out
 
 
@@ -90,6 +106,16 @@ def kill(pid: int) -> None:
         os.kill(pid, 9)
     except ProcessLookupError:
         pass
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait until process `pid` is gone (or a zombie); False if it still runs after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def run_batch(tool: list[str], text: str, what: str) -> None:
@@ -145,3 +171,48 @@ def emulation_blocker() -> str | None:
     if importlib.util.find_spec("mininet") is None:
         return "Mininet is not importable (use the .venv made by scripts/setup.sh)"
     return None
+
+
+_CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def netns_socket(ns_path: str) -> socket.socket:
+    """A datagram socket in the network namespace at `ns_path` (`/var/run/netns/NAME` or
+    `/proc/PID/ns/net`), made in a short-lived thread that enters the namespace (setns moves only the
+    calling thread), so this process stays where it is. Interface ioctls on it act in that namespace."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    made: list[socket.socket] = []
+    failed: list[str] = []
+
+    def enter_and_make() -> None:
+        try:
+            fd = os.open(ns_path, os.O_RDONLY)
+        except OSError as e:
+            failed.append(f"{ns_path}: {e.strerror}")
+            return
+        try:
+            if libc.setns(fd, _CLONE_NEWNET) != 0:
+                failed.append(f"setns {ns_path}: {os.strerror(ctypes.get_errno())}")
+                return
+            made.append(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))
+        finally:
+            os.close(fd)
+
+    worker = threading.Thread(target=enter_and_make, name="netns-socket")
+    worker.start()
+    worker.join()
+    if failed:
+        raise EmulationError(f"cannot enter network namespace {failed[0]}")
+    return made[0]
+
+
+def set_link_up(sock: socket.socket, intf: str, up: bool) -> None:
+    """Set interface `intf` administratively up or down in the namespace of `sock` (one ioctl)."""
+    name = intf.encode()
+    try:
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, _SIOCGIFFLAGS, struct.pack("16sH", name, 0)))[1]
+        flags = (flags | _IFF_UP) if up else (flags & ~_IFF_UP)
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH", name, flags))
+    except OSError as e:
+        raise EmulationError(f"setting {intf} {'up' if up else 'down'} failed: {e.strerror}") from None

@@ -12,7 +12,7 @@ import yaml
 
 from controller.core import COOKIE
 from fabric import topofile
-from fabric.emulation import EmulationOptions
+from fabric.emulation import EmulationOptions, claims
 from fabric.model import intf_name
 from fabric.polling import wait_until
 from fabriclab.session import Lab
@@ -26,7 +26,16 @@ MBPS_PER_GBPS = 0.1
 
 
 def ovs_bridges() -> set[str]:
-    return set(subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True, check=True).stdout.split())
+    """Bridges of every Open vSwitch database found on this machine: the system's, and each private
+    instance's under the run directory (every emulated switch runs its own)."""
+    dbs = [Path("/var/run/openvswitch/db.sock"), *claims.claim_dir().glob("ovs-*/*/db.sock")]
+    out: set[str] = set()
+    for db in dbs:
+        if db.exists():
+            res = subprocess.run(["ovs-vsctl", f"--db=unix:{db}", "--timeout=5", "list-br"], capture_output=True,
+                                 text=True, check=False)
+            out |= set(res.stdout.split())
+    return out
 
 
 def root_links() -> set[str]:
@@ -55,9 +64,9 @@ def assert_nothing_left(fab, pids, netns_before):
     assert netns() == netns_before, "network namespaces changed"
 
 
-def cookie_flows(switch: str) -> tuple[int, int, int]:
+def cookie_flows(lab, switch: str) -> tuple[int, int, int]:
     """(all flows, flows with the controller's cookie, packets matched by those) from ovs-ofctl."""
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", switch],
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", lab.emulation.ovs(switch).mgmt(switch)],
                          capture_output=True, text=True, check=True).stdout
     flows = [l for l in out.splitlines() if "cookie=" in l]
     ours = [l for l in flows if f"cookie={COOKIE:#x}" in l]
@@ -92,15 +101,18 @@ def test_fabric_all_pairs_reachable_iperf_at_link_rate_and_clean_teardown(topo):
         # statistics to OpenFlow counters lazily, so poll until a deadline)
         edge = [s.name for s in fab.switches if s.role in ("leaf", "tor")]
         # no IPv6 on the switch ports (a port's link-local address coming and going with it slows
-        # OVS's port-down notice): the kernel's own switch, read per port
-        ports = [intf_name(e.node, e.port) for l in fab.links for e in (l.a, l.b) if e.node in fab.switch_by_name]
-        assert ports and all(Path(f"/proc/sys/net/ipv6/conf/{p}/disable_ipv6").read_text().strip() == "1"
-                             for p in ports)
+        # OVS's port-down notice): the kernel's own switch, read per port in the switch's namespace
         for sw in fab.switches:
-            n_all, n_ours, _ = cookie_flows(sw.name)
+            ports = [intf_name(e.node, e.port) for l in fab.links for e in (l.a, l.b) if e.node == sw.name]
+            out = subprocess.run(["ip", "netns", "exec", em.ovs(sw.name).netns, "cat",
+                                  *(f"/proc/sys/net/ipv6/conf/{p}/disable_ipv6" for p in ports)],
+                                 capture_output=True, text=True, check=True).stdout.split()
+            assert ports and out == ["1"] * len(ports), (sw.name, out)
+        for sw in fab.switches:
+            n_all, n_ours, _ = cookie_flows(lab, sw.name)
             assert n_all == n_ours > 0, sw.name
         wait_until("the controller's edge flows to count every echo request and reply",
-                   lambda: sum(cookie_flows(n)[2] for n in edge) >= 2 * 3 * len(expected), 10, 0.2)
+                   lambda: sum(cookie_flows(lab, n)[2] for n in edge) >= 2 * 3 * len(expected), 10, 0.2)
 
         # One TCP flow between hosts on different leaves runs at the emulated NIC rate less header
         # overhead (iperf3 counts payload: 1448 of every 1514 bytes HTB sends). It crosses three
