@@ -357,7 +357,9 @@ def _switch_class() -> type:
 
         def _popen(self, cmd: list[str], **params: Any) -> Any:
             if self._joining:
-                cmd = ["ip", "netns", "exec", self.instance.netns, *cmd]
+                # the shell's ovs-vsctl and ovs-ofctl find this switch's Open vSwitch (its run
+                # directory): `leafA0 ovs-ofctl dump-flows leafA0` in the Mininet CLI
+                cmd = ["ip", "netns", "exec", self.instance.netns, "env", f"OVS_RUNDIR={self.instance.rundir}", *cmd]
             return super()._popen(cmd, **params)
 
         def start(self, controllers: Any) -> None:

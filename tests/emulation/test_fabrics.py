@@ -166,3 +166,44 @@ def test_failure_during_bring_up_leaves_nothing(monkeypatch):
     assert lab.controller is not None and lab.controller.pid is not None
     assert_nothing_left(fab, pids + [lab.controller.pid], netns_before)
     assert not lab.run_dir.exists()
+
+
+def reconfigures(lab, switch: str) -> int:
+    """How many times `switch`'s ovs-vswitchd has reconfigured its bridges (OVS's own coverage counter)."""
+    ctl = lab.emulation.ovs(switch).rundir / "ovs-vswitchd.ctl"
+    out = subprocess.run(["ovs-appctl", "-t", str(ctl), "coverage/read-counter", "bridge_reconfigure"],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out)
+
+
+def test_each_switch_runs_its_own_open_vswitch_and_a_link_event_costs_only_its_ends():
+    fab = topofile.load("leaf-spine-16")
+    with Lab(fab) as lab:
+        em = lab.emulation
+        daemons = set()
+        for sw in fab.switches:
+            inst = em.ovs(sw.name)
+            # its database holds its bridge with exactly the model's ports; its namespace holds only those
+            ports = subprocess.run(["ovs-vsctl", f"--db={inst.db}", "list-ports", sw.name], capture_output=True,
+                                   text=True, check=True).stdout.split()
+            mine = sorted(intf_name(sw.name, a.port) for a in fab.adjacency[sw.name])
+            assert sorted(ports) == mine
+            out = subprocess.run(["ip", "-n", inst.netns, "-o", "link", "show"], capture_output=True, text=True,
+                                 check=True).stdout
+            names = {line.split(": ")[1].split("@")[0] for line in out.splitlines()}
+            assert names - {"lo", "ovs-netdev", sw.name} == set(mine), sw.name
+            daemons.add(int((inst.rundir / "ovs-vswitchd.pid").read_text()))
+        assert len(daemons) == len(fab.switches)
+        # a link going down reconfigures the OVS of the two switches at its ends, and no other
+        port = fab.port_towards("leafA0", "spineA0")
+        ends = {"leafA0", "spineA0"}
+        before = {sw.name: reconfigures(lab, sw.name) for sw in fab.switches}
+        down = lab.faults.link("leafA0", port, up=False)
+        wait_until("both ends' Open vSwitch to notice", lambda: all(
+            reconfigures(lab, s) > before[s] for s in ends), 10)
+        lab.faults.link("leafA0", port, up=True)
+        wait_until("the controller to see the link back", lambda: any(
+            e["switch"] == "leafA0" and e["port"] == port and e["up"] and e["time_s"] > down.at_s
+            for e in lab.controller.get("/api/ports")), 10)
+        after = {sw.name: reconfigures(lab, sw.name) for sw in fab.switches}
+        assert {s for s in after if after[s] != before[s]} == ends
