@@ -130,8 +130,9 @@ SOCKET_DEFAULTS = (Path("/proc/sys/net/core/rmem_default"), Path("/proc/sys/net/
 
 @contextlib.contextmanager
 def raised_socket_buffers(n_bytes: int) -> Iterator[None]:
-    """Raise the default socket receive and send buffers (root namespace) while the block runs, then
-    restore them.
+    """Raise the default socket receive and send buffers while the block runs, then restore them.
+    (Written in the root namespace; net.core.rmem_default and wmem_default are not per namespace here:
+    a namespace reads the root's and may not write them, so the switches' namespaces get them too.)
 
     Open vSwitch's userspace datapath receives and sends every port's packets on an AF_PACKET socket
     created with the default buffers (net.core.rmem_default / wmem_default, 208 KB). Receiving: when
