@@ -27,12 +27,10 @@ Everything made is removed at the end, also after an error or Ctrl-C.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import queue
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import tempfile
 import threading
@@ -40,19 +38,16 @@ import time
 from typing import IO
 
 from fabric.emulation.plan import disable_ipv6_path
+from fabric.emulation.system import set_link_up
 
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 PREFIX = "fpn"
 
 
 def set_link(name: str, up: bool) -> float:
     """Set interface `name` administratively up or down; returns the monotonic time just before."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        req = struct.pack("16sh", name.encode(), 0)
-        flags = struct.unpack("16sh", fcntl.ioctl(s, SIOCGIFFLAGS, req))[1]
-        flags = (flags | IFF_UP) if up else (flags & ~IFF_UP)
         t = time.monotonic()
-        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sh", name.encode(), flags))
+        set_link_up(s, name, up)
         return t
 
 

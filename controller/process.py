@@ -26,16 +26,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def listening(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+def listening(where: int | Path) -> bool:
+    """Whether something accepts connections on TCP port `where` of 127.0.0.1, or on Unix socket `where`."""
+    family, address = ((socket.AF_INET, ("127.0.0.1", where)) if isinstance(where, int)
+                       else (socket.AF_UNIX, str(where)))
+    with socket.socket(family, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def listening_unix(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex(str(path)) == 0
+        return s.connect_ex(address) == 0
 
 
 _sockets = itertools.count()
@@ -76,12 +73,13 @@ class ControllerProcess:
             )
         self.started_s = time.monotonic()
         proc = self.proc
-        self._claim = claims.claim("controller", pids=[proc.pid])  # removed by the next run if we are killed
+        # removed by the next run if we are killed, its socket file too
+        self._claim = claims.claim("controller", pids=[proc.pid], paths=[str(self.unix_path)])
 
         def ready() -> bool:
             if proc.poll() is not None:
                 raise EmulationError(f"the controller exited with code {proc.returncode}:\n{self.log_tail()}")
-            return listening(self.port) and listening(self.rest_port) and listening_unix(self.unix_path)
+            return listening(self.port) and listening(self.rest_port) and listening(self.unix_path)
 
         try:
             wait_until(f"the controller to listen on 127.0.0.1:{self.port}", ready, timeout_s)

@@ -493,7 +493,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     removed = claims.reclaim_stale()
     for c, left in removed:
         print(f"removed      {c.path.name}: {len(left.pids)} processes, {len(left.namespaces)} namespaces, "
-              f"{len(left.dirs)} directories, {len(left.bridges)} bridges, {len(left.interfaces)} interfaces")
+              f"{len(left.paths)} files or directories, {len(left.bridges)} bridges, {len(left.interfaces)} interfaces")
     print(f"clean        {len(removed)} stale run(s) removed, {len(live)} live run(s) left alone")
     return 0
 

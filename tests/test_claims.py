@@ -106,11 +106,11 @@ def test_a_dead_runs_directories_are_removed_and_an_older_claim_still_reads(run_
     try:
         (path,) = run_dir.glob("*.json")
         doc = json.loads(path.read_text())
-        assert doc["namespaces"] == [] and doc["dirs"] == []
-        doc["dirs"] = [str(left)]
+        assert doc["namespaces"] == [] and doc["paths"] == []
+        doc["paths"] = [str(left)]
         path.write_text(json.dumps(doc))
         removed = claims.reclaim_stale()
-        assert [(r.pids, r.dirs) for _, r in removed] == [([orphan], [str(left)])]
+        assert [(r.pids, r.paths) for _, r in removed] == [([orphan], [str(left)])]
         assert not left.exists() and gone_by(orphan)
     finally:
         subprocess.run(["kill", "-9", str(orphan)], check=False)
@@ -118,4 +118,4 @@ def test_a_dead_runs_directories_are_removed_and_an_older_claim_still_reads(run_
     run_dir.joinpath("emulation-1-0.json").write_text(json.dumps(
         {"owner_pid": 1, "owner_ticks": 0, "bridges": [], "interfaces": [], "pids": []}))
     (old,) = claims.claims()
-    assert old.namespaces == [] and old.dirs == []
+    assert old.namespaces == [] and old.paths == []

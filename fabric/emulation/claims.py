@@ -3,17 +3,19 @@
 A run that ends normally removes its daemons, namespaces, veths and processes itself (`Emulation.stop`,
 `ControllerProcess.stop`). A run that is killed (SIGKILL, an OOM kill, a CI job cut off, a session
 closed under it) cannot. So every run first writes a claim, `<dir>/<kind>-<pid>-<n>.json`: its own
-PID and start time, the network namespaces and directories it will create (each switch's Open vSwitch),
+PID and start time, the network namespaces, directories and files it will create (each switch's Open
+vSwitch, the controller's socket),
 and the PIDs (with their start times) of the processes it starts. A claim is *stale* when its owner
 no longer runs (same PID and same start time: a reused PID is another process).
 
 `reclaim_stale()` removes what stale claims name, and only that: processes by PID when their start
 time is still the recorded one, plus every process inside the network namespace of such a process
 (a host's or switch's namespace holds only what the run started there); then the named namespaces
-(and with them the interfaces in them) and directories; and, from claims of older versions, bridges
+(and with them the interfaces in them), directories and files; and, from claims of older versions, bridges
 of the system's Open vSwitch and root-namespace interfaces by name.
 The next run does it before it starts (`Emulation.start`), a user with `fabriclab clean`. Claims of live
-runs are never touched, so two runs on one machine still refuse each other's names.
+runs are never touched. (Two runs on one machine no longer share names: each names its switches'
+namespaces and directories after its PID, a counter and a random token.)
 """
 from __future__ import annotations
 
@@ -64,7 +66,7 @@ class Claim:
     interfaces: list[str] = field(default_factory=list)
     pids: list[tuple[int, int | None]] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)  # named network namespaces (`ip netns`)
-    dirs: list[str] = field(default_factory=list)  # directories (private Open vSwitch instances)
+    paths: list[str] = field(default_factory=list)  # files and directories (Open vSwitch instances, sockets)
 
     @property
     def stale(self) -> bool:
@@ -81,7 +83,7 @@ class Claim:
     def _write(self) -> None:
         doc = {"owner_pid": self.owner_pid, "owner_ticks": self.owner_ticks, "bridges": self.bridges,
                "interfaces": self.interfaces, "pids": [list(p) for p in self.pids],
-               "namespaces": self.namespaces, "dirs": self.dirs}
+               "namespaces": self.namespaces, "paths": self.paths}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc))
         tmp.replace(self.path)
@@ -92,19 +94,19 @@ class Claim:
             doc = json.loads(path.read_text())
             return cls(path, int(doc["owner_pid"]), doc["owner_ticks"], list(doc["bridges"]),
                        list(doc["interfaces"]), [(int(p), t) for p, t in doc["pids"]],
-                       [str(n) for n in doc.get("namespaces", [])], [str(d) for d in doc.get("dirs", [])])
+                       [str(n) for n in doc.get("namespaces", [])], [str(d) for d in doc.get("paths", [])])
         except (OSError, ValueError, KeyError, TypeError):
             return None  # unreadable (a run killed while writing it): nothing we can act on safely
 
 
 def claim(kind: str, bridges: Iterable[str] = (), interfaces: Iterable[str] = (),
-          pids: list[int] | None = None, namespaces: Iterable[str] = (), dirs: Iterable[str] = ()) -> Claim:
+          pids: list[int] | None = None, namespaces: Iterable[str] = (), paths: Iterable[str] = ()) -> Claim:
     """Record what this process is about to create (write it before creating anything)."""
     d = claim_dir()
     d.mkdir(parents=True, exist_ok=True)
     me = os.getpid()
     c = Claim(d / f"{kind}-{me}-{next(_counter)}.json", me, start_ticks(me), sorted(bridges), sorted(interfaces),
-              namespaces=sorted(namespaces), dirs=sorted(dirs))
+              namespaces=sorted(namespaces), paths=sorted(paths))
     c.add_pids(pids or [])
     return c
 
@@ -115,44 +117,36 @@ def claims() -> list[Claim]:
     return [c for c in found if c is not None]
 
 
-def _processes_in_netns(ino: int) -> list[int]:
-    """Every process whose network namespace has inode `ino`."""
-    members = []
+def _processes_by_netns() -> dict[int, list[int]]:
+    """Every process, by the inode of its network namespace (one pass over /proc)."""
+    by_ns: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if os.stat(entry / "ns" / "net").st_ino == ino:
-                    members.append(int(entry.name))
+                by_ns.setdefault(os.stat(entry / "ns" / "net").st_ino, []).append(int(entry.name))
             except OSError:
                 continue
-    return members
+    return by_ns
 
 
-def _namespace_members(pid: int) -> list[int]:
-    """Every process in the network namespace of `pid`, if that is not our own (root) namespace."""
+def _netns_inode(path: str) -> int | None:
     try:
-        ino = os.stat(f"/proc/{pid}/ns/net").st_ino
-        if ino == os.stat("/proc/self/ns/net").st_ino:
-            return []
+        return os.stat(path).st_ino
     except OSError:
-        return []
-    return _processes_in_netns(ino)
-
-
-def _named_namespace_members(name: str) -> list[int]:
-    """Every process in the named network namespace `name` (`ip netns`), if it exists."""
-    try:
-        return _processes_in_netns(os.stat(f"/var/run/netns/{name}").st_ino)
-    except OSError:
-        return []
+        return None
 
 
 def reclaim(c: Claim) -> system.Leftovers:
     """Remove what claim `c` names and still exists; returns what was removed."""
     procs = [p for p, t in c.pids if same_process(p, t)]
-    victims = sorted({m for p in procs for m in _namespace_members(p)} | set(procs)
-                     | {m for n in c.namespaces for m in _named_namespace_members(n)})
-    found = system.present(set(c.bridges), set(c.interfaces), victims, set(c.namespaces), set(c.dirs))
+    # every process inside the network namespace of such a process (unless that is our own, the root
+    # one) or inside a namespace the claim names
+    own = _netns_inode("/proc/self/ns/net")
+    spaces = {_netns_inode(f"/proc/{p}/ns/net") for p in procs} | {_netns_inode(f"/var/run/netns/{n}")
+                                                                    for n in c.namespaces}
+    by_ns = _processes_by_netns()
+    victims = sorted(set(procs) | {m for ino in spaces if ino is not None and ino != own for m in by_ns.get(ino, [])})
+    found = system.present(set(c.bridges), set(c.interfaces), victims, set(c.namespaces), set(c.paths))
     for pid in found.pids:
         system.kill(pid)
     for pid in found.pids:
@@ -160,8 +154,11 @@ def reclaim(c: Claim) -> system.Leftovers:
     if found.namespaces:  # deleting a namespace removes the interfaces in it (and their veth peers)
         subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in found.namespaces),
                        capture_output=True, text=True, check=False)
-    for d in found.dirs:
-        shutil.rmtree(d, ignore_errors=True)
+    for path in map(Path, found.paths):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     for br in found.bridges:
         subprocess.run(["ovs-vsctl", "--timeout=10", "--if-exists", "del-br", br], capture_output=True, check=False)
     gone = system.present(set(), set(found.interfaces), []).interfaces  # deleting one veth end removes both

@@ -71,6 +71,9 @@ class Emulation:
         if os.geteuid() != 0:
             raise EmulationError("the emulation needs root (Mininet and Open vSwitch); run with sudo")
         plan.check_options(self.fabric, self.opts, has_netem=system.has_netem())
+        if not self.controller_target.startswith("unix:"):
+            raise EmulationError(f"the switches reach the controller on a Unix socket (unix:PATH), got "
+                                 f"{self.controller_target!r}: 127.0.0.1 of this namespace is not theirs")
         self.datapath = system.probe_datapath() if self.opts.datapath == "auto" else self.opts.datapath
         from mininet.link import Link
         from mininet.log import setLogLevel
@@ -86,7 +89,7 @@ class Emulation:
             s.name: ovs.OvsInstance(s.name, f"fl-{run}-{s.name}", base / s.name) for s in self.fabric.switches
         }
         self._claim = claims.claim("emulation", namespaces=[i.netns for i in self._instances.values()],
-                                   dirs=[str(base)])
+                                   paths=[str(base)])
         self._rundir = base
         switch_cls = partial(_switch_class(), instances=self._instances)
         self.net = Mininet(topo=None, switch=switch_cls, controller=None, link=Link, ipBase="198.18.0.0/15",
@@ -137,9 +140,6 @@ class Emulation:
 
     def _make_bridges(self) -> None:
         """Each switch's bridge in its own Open vSwitch, one transaction each, all side by side."""
-        if not self.controller_target.startswith("unix:"):
-            raise EmulationError(f"the switches reach the controller on a Unix socket (unix:PATH), got "
-                                 f"{self.controller_target!r}: 127.0.0.1 of this namespace is not theirs")
         procs = []
         for name, inst in self._instances.items():
             # OVS connects only to Unix sockets inside its own run directory: a link to the controller's
@@ -187,17 +187,17 @@ class Emulation:
             sock.close()
         self._sockets.clear()
         instances = list(self._instances.values())
+        # The switches' daemons first (by PID), then Mininet's shells; deleting each switch's namespace
+        # then removes its interfaces, and with them every veth pair of the run (Mininet would run
+        # one shell command per interface, ~14 ms each).
+        ovs.kill_daemons(instances)
         try:
             if net is not None:
-                # The switches' daemons first (by PID), then Mininet's shells; deleting each switch's
-                # namespace then removes its interfaces, and with them every veth pair of the run
-                # (Mininet would run one shell command per interface, ~14 ms each).
-                ovs.stop_all(instances, namespaces_too=False)
                 net.links = []
                 net.stop()
         finally:
             # Mininet's stop is best effort; remove whatever of ours is still there.
-            ovs.stop_all(instances)
+            ovs.remove(instances)
             for pid in system.present(set(), set(), self._pids).pids:
                 system.kill(pid)
             if self._claim is not None and self.leftovers().empty():
@@ -317,7 +317,7 @@ class Emulation:
         inst = self.ovs(switch)
         cmd, rest = args[0], args[1:]
         res = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", f"--timeout={max(1, int(timeout_s))}", cmd,
-                              inst.mgmt(switch), *rest], capture_output=True, text=True, check=False)
+                              inst.mgmt, *rest], capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise EmulationError(f"ovs-ofctl {cmd} {switch} failed: {res.stderr.strip()[-200:]}")
         return res.stdout

@@ -48,9 +48,10 @@ class OvsInstance:
     def db(self) -> str:
         return f"unix:{self.rundir / 'db.sock'}"
 
-    def mgmt(self, bridge: str) -> str:
-        """The OpenFlow management target of `bridge` (for ovs-ofctl)."""
-        return f"unix:{self.rundir / f'{bridge}.mgmt'}"
+    @property
+    def mgmt(self) -> str:
+        """The OpenFlow management target of the instance's bridge (named as the instance; for ovs-ofctl)."""
+        return f"unix:{self.rundir / f'{self.name}.mgmt'}"
 
     def env(self) -> dict[str, str]:
         d = str(self.rundir)
@@ -104,7 +105,7 @@ def _popen(inst: OvsInstance, cmd: list[str]) -> subprocess.Popen[str]:
 def start_all(instances: list[OvsInstance], on_pids: PidSink) -> None:
     """Create each instance's namespace and database and start its two daemons, all instances side by
     side. `on_pids(pids)` is called as soon as daemons run (for the run's claim). On an error what was
-    started stays in `instances` for `stop_all`."""
+    started stays in `instances` for `kill_daemons` and `remove`."""
     if not SCHEMA.exists():
         raise EmulationError(f"Open vSwitch's schema {SCHEMA} is missing; run scripts/setup.sh")
     system.run_batch(["ip"], "".join(f"netns add {i.netns}\n" for i in instances), "creating network namespaces")
@@ -148,18 +149,19 @@ def _collect_pids(instances: list[OvsInstance], prog: str, on_pids: PidSink) -> 
     on_pids(new)
 
 
-def stop_all(instances: list[OvsInstance], namespaces_too: bool = True) -> None:
-    """Stop the daemons (by PID); unless `namespaces_too` is False, also delete the namespaces (and
-    with them every interface left in them) and the run directories. Best effort: runs to the end
-    whatever is already gone."""
+def kill_daemons(instances: list[OvsInstance]) -> None:
+    """Stop the instances' daemons (by PID) and wait until they are gone. Best effort."""
     for inst in instances:
         for pid in inst.pids:
             system.kill(pid)
     for inst in instances:
         for pid in inst.pids:
             system.wait_gone(pid, 5.0)
-    if not namespaces_too:
-        return
+
+
+def remove(instances: list[OvsInstance]) -> None:
+    """Delete the instances' namespaces (and with them every interface left in them) and their run
+    directories. Best effort: runs to the end whatever is already gone."""
     present = set(namespaces())
     gone = [i.netns for i in instances if i.netns in present]
     if gone:

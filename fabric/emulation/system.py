@@ -2,7 +2,7 @@
 
 - kernel modules (`openvswitch` for the kernel datapath, `sch_netem` for delay/loss), probed;
 - whether Open vSwitch is installed;
-- which of a run's processes, namespaces, directories (and, from older runs, bridges and interfaces)
+- which of a run's processes, namespaces, files (and, from older runs, bridges and interfaces)
   still exist (`present`);
 - the socket buffer defaults the userspace datapath's ports are created with (`raised_socket_buffers`);
 - interfaces set up or down in another network namespace with one ioctl (`netns_socket`, `set_link_up`).
@@ -19,12 +19,12 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AbstractSet, Iterator
 
-from fabric.errors import EmulationError
+from fabric.errors import DeadlineError, EmulationError
+from fabric.polling import wait_until
 
 
 def kernel_module_loaded(name: str) -> bool:
@@ -61,16 +61,16 @@ class Leftovers:
     interfaces: list[str] = field(default_factory=list)
     pids: list[int] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
-    dirs: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
 
     def empty(self) -> bool:
-        return not (self.bridges or self.interfaces or self.pids or self.namespaces or self.dirs)
+        return not (self.bridges or self.interfaces or self.pids or self.namespaces or self.paths)
 
 
 def present(bridges: set[str], intfs: set[str], pids: list[int], namespaces: AbstractSet[str] = frozenset(),
-            dirs: AbstractSet[str] = frozenset()) -> Leftovers:
+            paths: AbstractSet[str] = frozenset()) -> Leftovers:
     """Which of these bridges (of the system's Open vSwitch), root-namespace interfaces, processes,
-    named network namespaces and directories exist now."""
+    named network namespaces and files or directories exist now."""
     out = Leftovers()
     if bridges:
         res = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True, check=False)
@@ -82,7 +82,7 @@ def present(bridges: set[str], intfs: set[str], pids: list[int], namespaces: Abs
     out.pids = [p for p in pids if alive(p)]
     if namespaces:
         out.namespaces = sorted(n for n in namespaces if Path("/var/run/netns", n).exists())
-    out.dirs = sorted(d for d in dirs if Path(d).exists())
+    out.paths = sorted(p for p in paths if os.path.lexists(p))
     return out
 
 
@@ -110,11 +110,10 @@ def kill(pid: int) -> None:
 
 def wait_gone(pid: int, timeout_s: float) -> bool:
     """Wait until process `pid` is gone (or a zombie); False if it still runs after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
+    try:
+        wait_until(f"process {pid} to end", lambda: not alive(pid), timeout_s, 0.01)
+    except DeadlineError:
+        return False
     return True
 
 

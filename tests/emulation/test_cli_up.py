@@ -15,6 +15,7 @@ from typing import Iterator
 import pytest
 
 from fabric import topofile
+from fabric.emulation import claims
 from tests.emulation.test_fabrics import alive, netns, ovs_bridges, root_links
 
 pytestmark = pytest.mark.emulation
@@ -145,6 +146,7 @@ def test_a_killed_runs_leftovers_are_removed_by_clean_or_by_the_next_run(then):
     fab = topofile.load("leaf-spine-16")
     names = {s.name for s in fab.switches}
     before = netns()
+    sockets_before = set(claims.claim_dir().glob("ctl-*.sock"))
     with held_up("leaf-spine-16") as proc:
         left = descendants(proc.pid)  # controller, host and switch shells
         os.kill(proc.pid, signal.SIGKILL)
@@ -167,3 +169,4 @@ def test_a_killed_runs_leftovers_are_removed_by_clean_or_by_the_next_run(then):
         time.sleep(0.05)
     assert not [p for p in survivors if alive(p)]
     assert netns() == before
+    assert set(claims.claim_dir().glob("ctl-*.sock")) <= sockets_before, "the killed run's controller socket"

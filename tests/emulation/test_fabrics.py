@@ -66,7 +66,7 @@ def assert_nothing_left(fab, pids, netns_before):
 
 def cookie_flows(lab, switch: str) -> tuple[int, int, int]:
     """(all flows, flows with the controller's cookie, packets matched by those) from ovs-ofctl."""
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", lab.emulation.ovs(switch).mgmt(switch)],
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", lab.emulation.ovs(switch).mgmt],
                          capture_output=True, text=True, check=True).stdout
     flows = [l for l in out.splitlines() if "cookie=" in l]
     ours = [l for l in flows if f"cookie={COOKIE:#x}" in l]
