@@ -192,7 +192,8 @@ def _fmt_us(us: float | None) -> str:
 def cmd_trace_show(args: argparse.Namespace) -> int:
     from traffic.traces import load, summarize as summarize_trace
 
-    summary = summarize_trace(load(args.trace, compute_gap_us=args.compute_gap_us))
+    summary = summarize_trace(load(args.trace, compute_gap_us=args.compute_gap_us,
+                                   collectives_per_step=args.step_ops))
     if args.json:
         print(json.dumps(summary.to_dict(), indent=2))
         return 0
@@ -297,14 +298,14 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     from traffic.traces import load
 
     trace, label = _trace(args)
-    workload = load(trace, compute_gap_us=args.compute_gap_us)
+    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
     pairs = _replay_pairs(args)
     fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
     ranks = args.ranks
     if ranks is None and not args.trace:
         ranks = 16  # the built-in 4-rank recording, mapped onto every host of the 16-host fabrics
     common = {"ranks": ranks, "placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
-              "repeat": args.repeat, "compute_gap_us": args.compute_gap_us or 0.0}
+              "repeat": args.repeat, "compute_gap_us": args.compute_gap_us or 0.0, "step_ops": args.step_ops}
     if backend == "emulation":
         opts = ReplayOptions(**common, mbps_per_gbps=args.mbps_per_gbps, dilation=args.dilation,  # type: ignore[arg-type]
                              compute="slept" if args.sleep_compute else "composed")
@@ -373,6 +374,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                                "repeat": args.repeat, "seed": args.seed, "compute_gap_us": args.compute_gap_us or 0.0}
     if args.ports != "auto":
         options["ports"] = args.ports
+    if args.step_ops is not None:  # only when given: rows cached without it keep their keys
+        options["step_ops"] = args.step_ops
     t0 = time.monotonic()
     with _progress_bar(args.json, "config", "compare") as progress:
         rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
@@ -444,7 +447,7 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
 
     cal = cal_mod.Calibration.read(args.calibration)
     trace, label = _trace(args)
-    workload = load(trace, compute_gap_us=args.compute_gap_us)
+    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
     if args.steps is not None:
         if args.steps < 1:
             raise FabriclabError(f"--steps must be >= 1, got {args.steps}")
@@ -457,7 +460,8 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
     for fab, routing in fabrics:
         ports = args.ports if args.ports != "auto" else ("planned" if routing == "adaptive" else "hashed")
         opts = ReplayOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
-                             ports=ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0)
+                             ports=ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0,
+                             step_ops=args.step_ops)
         rows, emulated, _ = cal_mod.crosscheck(workload, label, fab, routing, opts, cal, _emulated_runner(args))
         out.append({"topology": fab.name, "routing": routing, "dilation": emulated.meta.dilation,
                     "collectives": [dataclasses.asdict(r) | {"difference": r.difference,
@@ -521,6 +525,9 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times (more samples for p99)")
     p.add_argument("--compute-gap-us", type=float, default=None,
                    help="compute before each collective, for traces without timings")
+    p.add_argument("--step-ops", type=int, default=None, metavar="N",
+                   help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
+                        "from the log's own period or opCount restarts")
     p.add_argument("--out", default=default_out, help=f"output directory (default {default_out})")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
 
@@ -575,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "per-rank files), Chakra .et, or an NCCL debug log")
     tshow.add_argument("--compute-gap-us", type=float, default=None,
                        help="compute before each collective, for traces without timings (NCCL logs)")
+    tshow.add_argument("--step-ops", type=int, default=None, metavar="N",
+                       help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
+                            "from the log's own period or opCount restarts")
     tshow.add_argument("--json", action="store_true")
     tshow.set_defaults(func=cmd_trace_show)
 
@@ -619,6 +629,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times")
     cp.add_argument("--compute-gap-us", type=float, default=None,
                     help="compute before each collective, for traces without timings")
+    cp.add_argument("--step-ops", type=int, default=None, metavar="N",
+                    help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
+                         "from the log's own period or opCount restarts")
     _sim_args(cp)
     cp.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
                     help="run each collective's steps in lockstep, each waiting for all of the step before "

@@ -108,7 +108,8 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
 
     t0 = time.monotonic()
     fab = topofile.scaled(task["topology"], task["gpus"])
-    workload = load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None)
+    workload = load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None,
+                    collectives_per_step=task["opts"].get("step_ops"))
     opts = ReplayOptions(**task["opts"])
     result = simulate_replay(workload, task["label"], fab, task["routing"], opts, SimOptions(**task["sim"]))
     row = row_from_result(result, task["topology"], fab.name, task["routing"], task["gpus"])

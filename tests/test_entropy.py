@@ -15,7 +15,10 @@ from fabric.errors import RoutingError, TopologyError
 from fabric.flowsim.connections import plan_connections
 from fabric.routing import PathTable, load_policy, plan_entropy
 from fabric.routing.entropy import pair_sport, smallest_port_at_least
-from traffic.replay.simulate import ecmp_collisions
+from fabric.flowsim.collisions import ecmp_collisions
+from fabric.flowsim import directed_links
+from fabric.flowsim.connections import pair_key, plan_connection_table
+from fabric.flowsim.routes import LinkRoutes
 
 FABRICS = {
     **{name: lambda name=name: topofile.load(name) for name in
@@ -93,7 +96,12 @@ def test_planned_ports_spread_an_all_to_all_over_every_uplink_and_downlink():
     down = [n for (u, v), n in hops.items() if role[u] == "spine"]
     assert len(up) == len(down) == 2 * 4 * 32
     assert set(up) == set(down) == {32 * 96 * 2 // 32}
-    assert ecmp_collisions(fab, policy, conns)["collisions"] == 0
+    n = len(fab.hosts)
+    every_pair = [pair_key(n, a, b) for a in range(n) for b in range(n) if a != b]
+    table = plan_connection_table(fab, policy.entropy, every_pair)
+    routes = LinkRoutes(fab, policy, directed_links(fab)[0])
+    assert ecmp_collisions(policy, table, routes, routes.rows(table.src_nic, table.dst_nic, table.sport))[
+        "collisions"] == 0
     # pyramid-16: 2 pods of 2 ToRs (4 hosts each) and 2 aggregation switches; 2 cores, each linked to
     # both aggregation switches of each pod. Out of each ToR: 4 x 12 x 2 = 96 over 2 uplinks (48 each);
     # out of each pod: 8 x 8 x 2 = 128 over its 2 aggregation switches' 2 core links each (32 each),

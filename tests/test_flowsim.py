@@ -519,7 +519,7 @@ def test_connections_are_the_replays_own_on_every_lane(ports):
         cols = job.columns
         for i in range(len(cols)):
             a, b = plan.placement.host(int(cols.src[i])), plan.placement.host(int(cols.dst[i]))
-            got = [state.conns[c].sport for c in range(state.pair_ptr[tpl.pair[i]], state.pair_ptr[tpl.pair[i] + 1])]
+            got = [int(state.ct.sport[c]) for c in range(state.pair_ptr[tpl.pair[i]], state.pair_ptr[tpl.pair[i] + 1])]
             assert got == by_pair[(a, b, job.lane)], (a, b, job.lane)
 
 
@@ -1005,3 +1005,32 @@ def test_one_dag_on_two_lanes_shares_its_shape_and_keeps_its_own_connections():
             src, dst = key // len(hosts) % len(hosts), key % len(hosts)
             assert key // len(hosts) ** 2 == lane
             assert (hosts[src], hosts[dst]) == (place.host(int(dag.columns.src[t])), place.host(int(dag.columns.dst[t])))
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3])
+def test_hashed_ports_are_drawn_as_one_by_one_with_redraws(channels, monkeypatch):
+    # the replay's rule, one connection at a time: draw from one Random(seed), again while (source NIC,
+    # port, destination NIC, lane) is taken. A range of 3 ports forces redraws in most pairs (and pairs of
+    # 3 channels take all three), and a block of 5 pairs makes the array check cross blocks
+    import random
+
+    import numpy as np
+
+    import fabric.flowsim.connections as fc
+
+    monkeypatch.setattr(fc, "HASHED_PORTS", (40000, 40003))
+    monkeypatch.setattr(fc, "_HASHED_BLOCK", 5)
+    pairs = 23
+    rng = random.Random(9)
+    want, used = [], set()
+    for p in range(pairs):
+        for _ in range(channels):
+            sport = rng.randrange(40000, 40003)
+            while (p, sport) in used:
+                sport = rng.randrange(40000, 40003)
+            used.add((p, sport))
+            want.append(sport)
+    got = fc._hashed_sports(pairs * channels, channels, 9)
+    assert got.tolist() == want
+    assert channels == 1 or any(len(set(want[i:i + channels])) == channels for i in range(0, len(want), channels))
+    assert np.all((got >= 40000) & (got < 40003))

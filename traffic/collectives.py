@@ -57,8 +57,8 @@ Algorithms (`ALGORITHMS`):
   after the message received in the round before.
 
 `schedule_columns` gives the same DAG as `TransferColumns` (arrays), built on arrays for the ring
-family (all_reduce `ring` and `hierarchical`, reduce_scatter and all_gather `ring`) and converted from
-`schedule` for the rest: the simulator's input at thousands of ranks, where objects do not fit.
+family (all_reduce `ring` and `hierarchical`, reduce_scatter and all_gather `ring`) and all_to_all
+(~n^2 transfers: 1M at 1024 ranks) and converted from `schedule` for the rest: the simulator's input at thousands of ranks, where objects do not fit.
 
 Placement (rank -> host) lives here too: `block_placement`, `placement_from_file`, and `groups_by`
 to build the hierarchical groups from it.
@@ -526,9 +526,28 @@ def _ring_all_reduce_columns(b: _Columns, ring: Sequence[int], size_bytes: int, 
     return _ring_all_gather_columns(b, ring, chunks, phase0 + len(ring) - 1, reduced)
 
 
+def _all_to_all_columns(b: _Columns, ranks: Sequence[int], size_bytes: int, pairwise: bool) -> None:
+    """`_all_to_all` on arrays: round k (1..n-1, phase k-1) is transfers (k-1)n + q, position q sending
+    piece q+k to position q+k; pairwise, after its receive of round k-1 (from position q-k+1)."""
+    n = len(ranks)
+    if n < 2:
+        return
+    members = np.asarray(ranks, dtype=np.int64)
+    pieces = np.asarray(split_bytes(size_bytes, n), dtype=np.int64)
+    k = np.repeat(np.arange(1, n, dtype=np.int64), n)
+    q = np.tile(np.arange(n, dtype=np.int64), n - 1)
+    to = (q + k) % n
+    deps = np.full((k.size, 1), -1, dtype=np.int64)
+    if pairwise:
+        later = k >= 2
+        deps[later, 0] = b.n + (k[later] - 2) * n + (q[later] - k[later] + 1) % n
+    b._add(members[q], members[to], pieces[to], k - 1, deps)
+
+
 #: (kind, algorithm) pairs `schedule_columns` builds on arrays
 COLUMN_ALGORITHMS = frozenset({("all_reduce", "ring"), ("all_reduce", "hierarchical"),
-                               ("reduce_scatter", "ring"), ("all_gather", "ring")})
+                               ("reduce_scatter", "ring"), ("all_gather", "ring"),
+                               ("all_to_all", "pairwise"), ("all_to_all", "direct")})
 
 
 def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
@@ -542,7 +561,9 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
         return schedule(kind, size_bytes, ranks, algorithm, groups, root, pipeline_chunks=pipeline_chunks).columns
     b = _Columns()
     n = len(ranks)
-    if kind == "reduce_scatter":
+    if kind == "all_to_all":
+        _all_to_all_columns(b, ranks, size_bytes, pairwise=algo == "pairwise")
+    elif kind == "reduce_scatter":
         b.ring(ranks, split_bytes(size_bytes, n), n - 1, 0, {}, shift=1)
     elif kind == "all_gather":
         _ring_all_gather_columns(b, ranks, split_bytes(size_bytes, n), 0, {})

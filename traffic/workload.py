@@ -27,6 +27,22 @@ class TraceError(FabriclabError):
 
 Interval = tuple[float, float]  # (start_us, end_us), relative to the step start
 
+#: The largest collective a trace may declare: 2^48 bytes (256 TiB), beyond any real training job's buffer
+#: (a 100B-parameter model's fp32 gradients are 4e11 bytes). A size above it, or a negative one, is a corrupt or
+#: hostile trace, refused where it is read.
+MAX_COLLECTIVE_BYTES = 1 << 48
+
+
+def checked_size(where: str, what: str, size_bytes: int) -> int:
+    """`size_bytes` if it is a collective size a trace may declare (0 <= size <= MAX_COLLECTIVE_BYTES), else a
+    TraceError naming `where` (the file, and the line or timestamp) and `what` (the event and the fields the size
+    came from, e.g. "NCCL kernel 'ncclDevKernel_AllReduce' In msg nelems -5 x float32")."""
+    if size_bytes < 0:
+        raise TraceError(f"{where}: {what}: negative size ({size_bytes} bytes)")
+    if size_bytes > MAX_COLLECTIVE_BYTES:
+        raise TraceError(f"{where}: {what}: {size_bytes} bytes is more than the 2^48 bytes a collective may have")
+    return size_bytes
+
 
 @dataclass(frozen=True)
 class Collective:

@@ -57,7 +57,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import itertools
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -66,11 +65,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fabric.flowsim.connections import Connection, plan_connections
+from fabric.flowsim.connections import ConnectionTable, plan_connection_table
 from fabric.flowsim.maxmin import FloatArray, FlowSimError, IntArray, max_min_rates_on_paths
 from fabric.flowsim.result import DirectedLinkName, FlowSimResult
 from fabric.model import Fabric
 from fabric.routing.policy import RoutingPolicy
+from fabric.flowsim.routes import LinkRoutes
 from fabric.transfers import Placement, TransferColumns, TransferDag
 
 #: flows due to end within this share of the step are taken to end together with it
@@ -92,6 +92,13 @@ class Job:
     start_s: float = 0.0
     after: tuple[int, ...] = ()
     lane: int = 0  # the set of connections its transfers use (the replay's lane: one per stream of a trace)
+    # its phases in lockstep (`SimOptions.lockstep`); None: as the options say
+    lockstep: bool | None = None
+    # phase sampling (an approximation for DAGs of many phases alike in shape but not in host pairs, such
+    # as an all-to-all's rounds; needs lockstep): its phases in blocks of this many, the first of a block
+    # to begin on an otherwise idle fabric simulated, the block's later ones replayed from it
+    # (`_Run._sampled_replay`); 1: every phase simulated
+    sample_phases: int = 1
 
     @property
     def columns(self) -> TransferColumns:
@@ -183,14 +190,20 @@ def directed_links(fabric: Fabric) -> tuple[tuple[DirectedLinkName, ...], FloatA
 
 
 def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, options: SimOptions | None = None,
-             link_events: Sequence[LinkEvent] = ()) -> FlowSimResult:
+             link_events: Sequence[LinkEvent] = (), connections: ConnectionTable | None = None,
+             routes: tuple[IntArray, IntArray] | None = None) -> FlowSimResult:
     """Run `jobs` over `fabric` with `policy` routing (module docstring). The policy is driven by the
-    link events (its state changes): give it a fresh one per run."""
+    link events (its state changes): give it a fresh one per run. `connections`: the host pairs'
+    connections, if already planned (`plan_connection_table` with the options' channels, ports and
+    seed, for at least the jobs' pairs); else planned here. `routes`: their paths with the policy as
+    given (`LinkRoutes.rows` of every connection), if already walked; else walked as they are used."""
     opts = options or SimOptions()
     opts.check()
     if policy.table.fabric is not fabric:
         raise FlowSimError(f"the policy routes fabric {policy.table.fabric.name!r}, not the one given")
-    return _Run(fabric, policy, list(jobs), opts, list(link_events)).run()
+    if routes is not None and connections is None:
+        raise FlowSimError("routes are given for the connections they were walked for: give those too")
+    return _Run(fabric, policy, list(jobs), opts, list(link_events), connections, routes).run()
 
 
 #: phase replays (lockstep) kept at most, by total transfers held
@@ -217,6 +230,8 @@ class _PhaseWatch:
     start_s: float
     loads: list[tuple[float, float, IntArray, FloatArray]]
     events: int
+    version: int = 0  # the routing version it began on
+    sampled: bool = False  # the simulated phase of its block (`Job.sample_phases`): `g` in DAG order
 
 
 @dataclass(frozen=True)
@@ -235,6 +250,32 @@ class _PhaseRun:
     def fits(self, size: IntArray) -> bool:
         """Whether a phase of these sizes (in key order) runs as this one did, to within the resolution."""
         return bool((np.abs(size - self.size) <= self.slack_bytes).all())
+
+
+@dataclass(frozen=True)
+class _SampleRun:
+    """What the simulated phase of a block did (`_Run._sampled_replay`): its block and routing version, its
+    duration, and its transfers' sizes, delivery offsets and slack bytes in DAG order."""
+
+    block: int
+    version: int
+    duration_s: float
+    size: IntArray
+    end_off_s: FloatArray
+    slack_bytes: FloatArray
+
+    def fits(self, size: IntArray) -> bool:
+        return bool((np.abs(size - self.size) <= self.slack_bytes).all())
+
+
+def _slack_bytes(resolution_s: float, size: IntArray, end_off_s: FloatArray) -> FloatArray:
+    """How many bytes each transfer of a watched phase may differ by in a replay: a transfer's rate only
+    grows while its phase runs (max-min shares, flows only leaving), so d bytes more or fewer move its end
+    by at most d / (its mean rate): within the resolution for d <= resolution x size / time, the
+    simulator's own tolerance for ends taken together."""
+    slack = np.zeros(size.size)
+    np.divide(resolution_s * size, end_off_s, out=slack, where=end_off_s > 0)
+    return slack
 
 
 #: the pool's arrays (`_Run`): one entry per transfer of every job that has started and not completed
@@ -403,7 +444,8 @@ class _Run:
     connections by id, active flows in parallel arrays (a flow is one part of a transfer)."""
 
     def __init__(self, fabric: Fabric, policy: RoutingPolicy, jobs: list[Job], opts: SimOptions,
-                 events: list[LinkEvent]) -> None:
+                 events: list[LinkEvent], connections: ConnectionTable | None = None,
+                 routes: tuple[IntArray, IntArray] | None = None) -> None:
         self.fabric, self.policy, self.jobs, self.opts = fabric, policy, jobs, opts
         # a transfer's hops (`hops`) are kept only where they cost time (a per-hop delay)
         self.per_hop = opts.per_hop_s > 0
@@ -430,6 +472,17 @@ class _Run:
             offsets.append(n)
             n += len(self.templates[by_key[key]].size)
         self.offsets = tuple(offsets)
+        self.lock = [opts.lockstep if j.lockstep is None else j.lockstep for j in jobs]
+        for k, j in enumerate(jobs):
+            if j.sample_phases < 1:
+                raise FlowSimError(f"job {j.dag.label or k}: sample_phases must be >= 1, got {j.sample_phases}")
+            if j.sample_phases > 1 and not self.lock[k]:
+                raise FlowSimError(f"job {j.dag.label or k}: phase sampling needs lockstep")
+        if opts.cut_through and any(self.lock):
+            raise FlowSimError("cut_through and lockstep exclude each other (lockstep waits for whole steps)")
+        # phase sampling: per job, what the simulated phase of its current block did
+        self.sample_runs: dict[int, _SampleRun] = {}
+        self.phases_sampled = 0
         # the pool: the state of the transfers of every job that has started and not completed, each
         # job in a contiguous range of it (`self.base`), reused once the job has completed
         self.cap = 0
@@ -447,7 +500,10 @@ class _Run:
         self.watch: _PhaseWatch | None = None
         self.phase_memo: dict[tuple[int, bytes, bytes], _PhaseRun] = {}
         self.phase_memo_transfers = 0
-        self.replays: dict[int, tuple[list[tuple[IntArray, float]], _PhaseRun]] = {}
+        # replays due, by event: (phases as (transfers, start, delivery offsets), each one's load intervals,
+        # whether sampled)
+        self.replays: dict[int, tuple[list[tuple[IntArray, float, FloatArray]],
+                                      list[tuple[tuple[float, float, IntArray, FloatArray], ...]], bool]] = {}
         self.phases_replayed = 0
         self.phase_left: dict[int, IntArray] = {}
         self.held: dict[int, dict[int, list[IntArray]]] = {}
@@ -463,33 +519,39 @@ class _Run:
         self.left = np.asarray([len(j.dag) for j in jobs], dtype=np.int64)  # transfers not yet delivered
         self.job_begun_s = np.full(len(jobs), np.nan)
         self.job_done_s = np.full(len(jobs), np.nan)
-        # connections: per host pair (sender index, receiver index) a contiguous range of ids
-        names = [h.name for h in fabric.hosts]
-        pair_keys = np.unique(np.concatenate([np.zeros(0, dtype=np.intp), *(t.pair_keys for t in self.templates)]))
-        n_hosts = len(names)
-        pairs = [(names[int(k) % (n_hosts * n_hosts) // n_hosts], names[int(k) % n_hosts], int(k) // (n_hosts * n_hosts))
-                 for k in pair_keys]
-        plan = plan_connections(fabric, policy.entropy, pairs, channels=opts.channels, ports=opts.ports,
-                                seed=opts.seed)
-        self.conns: list[Connection] = []
-        pair_ptr = [0]
-        for pair in pairs:
-            self.conns.extend(plan[pair])
-            pair_ptr.append(len(self.conns))
-        self.pair_key = pair_keys.astype(np.intp)
-        self.pair_ptr = np.asarray(pair_ptr, dtype=np.intp)
+        # connections: per host pair (lane, sender, receiver) a contiguous range of ids, as arrays
+        pair_keys = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *(t.pair_keys for t in self.templates)]))
+        if connections is None:
+            connections = plan_connection_table(fabric, policy.entropy, pair_keys, channels=opts.channels,
+                                                ports=opts.ports, seed=opts.seed)
+        elif connections.fabric is not fabric or not bool(np.isin(pair_keys, connections.pair_key).all()):
+            raise FlowSimError("the connections given were planned for other host pairs or another fabric")
+        self.ct = connections
+        self.pair_key = connections.pair_key.astype(np.intp)
+        self.pair_ptr = connections.pair_ptr
+        n_conns = len(connections)
         # cut-through: the transfer sending on each pair (-1: none) and those queued behind it, in order
-        self.pair_busy = np.full(len(pairs), -1, dtype=np.intp)
+        self.pair_busy = np.full(self.pair_key.size, -1, dtype=np.intp)
         self.pair_queue: dict[int, deque[int]] = {}
         for t in self.templates:
             t.locate_pairs(self.pair_key)
-        # every connection's path: a row of link indexes padded with -1 (all -1: dropped)
-        self.width = 1
-        self.conn_path = np.full((len(self.conns), 1), -1, dtype=np.intp)
-        self.conn_hops = np.zeros(len(self.conns), dtype=np.int64)
-        self.conn_nodes: list[tuple[str, ...]] = [()] * len(self.conns)
-        self.conn_fresh = np.zeros(len(self.conns), dtype=bool)
+        # every connection's path: a row of link indexes padded with -1 (all -1: dropped), walked on
+        # arrays (`LinkRoutes`) when first used and after every routing change; `routes`, if given, are
+        # every connection's with the policy as it is now (fresh until the first routing change)
+        self.routes = LinkRoutes(fabric, policy, self.links)
+        if routes is not None:
+            if routes[0].shape[0] != n_conns or routes[1].shape != (n_conns,):
+                raise FlowSimError(f"routes for {routes[0].shape[0]} connections given, {n_conns} planned")
+            self.conn_path, self.conn_hops = routes[0], routes[1].astype(np.int64)
+            self.conn_fresh = np.ones(n_conns, dtype=bool)
+        else:
+            self.conn_path = np.full((n_conns, 1), -1, dtype=np.intp)
+            self.conn_hops = np.zeros(n_conns, dtype=np.int64)
+            self.conn_fresh = np.zeros(n_conns, dtype=bool)
+        self.width = self.conn_path.shape[1]
         self.route_version = 0
+        # each directed link's first node (the switch it leaves; the congestion feedback's decision points)
+        self.link_from = tuple(a for a, _ in self.links)
         # active flows
         self.f_conn = np.zeros(0, dtype=np.intp)
         self.f_transfer = np.zeros(0, dtype=np.intp)
@@ -548,25 +610,19 @@ class _Run:
         stale = ids[~self.conn_fresh[ids]]
         if not stale.size:
             return
-        rows = []
-        for c in np.unique(stale).tolist():
-            conn = self.conns[c]
-            nodes = self.policy.path(conn.src, conn.dst, conn.sport)
-            self.conn_nodes[c] = nodes or ()
-            rows.append((c, [] if nodes is None else [self.link_id[(u, v)] for u, v in itertools.pairwise(nodes)]))
-        need = max(len(r) for _, r in rows)
-        if need > self.width:
-            pad = np.full((len(self.conns), need - self.width), -1, dtype=np.intp)
+        c = _distinct(stale)
+        rows, n_links = self.routes.rows(self.ct.src_nic[c], self.ct.dst_nic[c], self.ct.sport[c], self.width)
+        if rows.shape[1] > self.width:
+            pad = np.full((self.conn_path.shape[0], rows.shape[1] - self.width), -1, dtype=np.intp)
             self.conn_path = np.hstack([self.conn_path, pad])
-            self.width = need
-        for c, r in rows:
-            self.conn_path[c, :] = -1
-            self.conn_path[c, :len(r)] = r
-            self.conn_hops[c] = len(r)
-        self.conn_fresh[[c for c, _ in rows]] = True
+            self.width = rows.shape[1]
+        self.conn_path[c] = rows
+        self.conn_hops[c] = n_links
+        self.conn_fresh[c] = True
 
     def _reroute_all(self) -> None:
         self.conn_fresh[:] = False
+        self.routes.reset()
         self.route_version += 1
         self._route(self.f_conn)
         self.dirty = True
@@ -835,7 +891,7 @@ class _Run:
         exactly the next phase begins, all of it, as under lockstep. A ring whose flows all get the
         same rate (planned source ports) is such a DAG; where they do not, its steps drift apart and
         are all simulated."""
-        if self.f_conn.size or self.poll_s > 0:
+        if self.f_conn.size:
             return False
         of = self.t_job[g]
         job = int(of[0])
@@ -849,19 +905,23 @@ class _Run:
         pair = self.t_pair[g]
         if g.size != tpl.shape.phase_size[p] or not bool((phase == p).all()) or bool((pair < 0).any()):
             return False
-        if not self.opts.lockstep and p < tpl.shape.tight_from:
+        if self.jobs[job].sample_phases > 1:
+            return self._sampled_replay(job, tpl, p)
+        if self.poll_s > 0:
+            return False
+        if not self.lock[job] and p < tpl.shape.tight_from:
             return False
         g, key = self._phase_key(g)
         run = self.phase_memo.get(key)
         if run is None or not run.fits(self.t_size[g]):
-            self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events)
+            self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events, self.route_version)
             return False
         end_s = self.now + run.duration_s
         next_event_s = self.heap[0][0] if self.heap else math.inf
         if next_event_s <= end_s:  # something else happens meanwhile: simulate it
             return False
         self.start_s[g] = self.now
-        chain = [(g, self.now)]
+        chain = [(g, self.now, run.end_off_s)]
         # The phases after it that are alike too run one after another, each beginning when the one
         # before delivers its last transfer: with the phases closed, all of a phase's dependencies are
         # in earlier phases, so under lockstep the whole phase begins then. They are replayed in the
@@ -878,12 +938,78 @@ class _Run:
             self.start_s[h] = end_s
             # never ready again: begun here (their dependencies are delivered with the chain's)
             self.deps_left[h] = CHAINED
-            chain.append((h, end_s))
+            chain.append((h, end_s, run.end_off_s))
             end_s = end_s + run.duration_s
             q += 1
-        self.replays[self.seq] = (chain, run)
+        self.replays[self.seq] = (chain, [run.loads] * len(chain), False)
         self._push(end_s, 4, self.seq)
         return True
+
+    def _sampled_replay(self, job: int, tpl: _Template, p: int) -> bool:
+        """Phase sampling (`Job.sample_phases` = k): phase `p` of `job` begins now, whole, on an otherwise
+        idle fabric. If the simulated phase of its block (phases k x b .. k x b + k - 1) is known, on the
+        same routing, with as many transfers and sizes that fit, `p` and the block's phases after it run
+        as that one ran, transfer for transfer in DAG order (each delivered at its counterpart's offset
+        from the phase's start), one after another as far as no other event falls inside; each phase's
+        bytes are logged on its own connections' paths, evenly over its duration. Otherwise `p` is
+        simulated and watched: it becomes its block's. Returns True if `p` is replayed.
+
+        What it assumes: a phase of a block takes as long, and delivers in the same order, as the one
+        simulated, although its host pairs differ (an all-to-all's rounds: rank q sends to q + k in
+        round k). What it keeps exact: every byte on its own path (the links' loads), the dependencies,
+        and everything that does not run alone (another job, a link event, a poll)."""
+        k = self.jobs[job].sample_phases
+        order, ptr = tpl.shape.phase_members
+        base = self.base[job]
+        h = order[ptr[p]:ptr[p + 1]] + base
+        run = self.sample_runs.get(job)
+        if run is None or run.block != p // k or run.version != self.route_version or run.size.size != h.size \
+                or not run.fits(self.t_size[h]):
+            self.watch = _PhaseWatch((self.route_version, b"", b""), job, p, h, self.now, [], self.events,
+                                     self.route_version, sampled=True)
+            return False
+        end_s = self.now + run.duration_s
+        next_event_s = self.heap[0][0] if self.heap else math.inf
+        if next_event_s <= end_s:  # something else happens meanwhile: simulate it (not its block's sample)
+            return False
+        self.start_s[h] = self.now
+        chain = [(h, self.now, run.end_off_s)]
+        held = self.held.get(job, {})
+        q = p + 1
+        while (q + 1 < ptr.size and q // k == p // k and end_s + run.duration_s < next_event_s
+               and ptr[q + 1] - ptr[q] == h.size):
+            hq = order[ptr[q]:ptr[q + 1]] + base
+            if not run.fits(self.t_size[hq]) or bool((self.t_pair[hq] < 0).any()):
+                break
+            held.pop(q, None)  # (what waited for this phase begins with it, here)
+            self.start_s[hq] = end_s
+            self.deps_left[hq] = CHAINED  # begun here: never ready again
+            chain.append((hq, end_s, run.end_off_s))
+            end_s += run.duration_s
+            q += 1
+        self.replays[self.seq] = (chain, [self._own_loads(g, run.duration_s) for g, _, _ in chain], True)
+        self._push(end_s, 4, self.seq)
+        return True
+
+    def _own_loads(self, g: IntArray, duration_s: float) -> tuple[tuple[float, float, IntArray, FloatArray], ...]:
+        """Transfers `g`'s bytes as one load interval of `duration_s` on their connections' paths (the
+        parts split as `_start_flows` splits them): ((0, duration, links, bits per second),)."""
+        if not duration_s > 0:
+            return ()
+        pair = self.t_pair[g]
+        lo, hi = self.pair_ptr[pair], self.pair_ptr[pair + 1]
+        k = hi - lo
+        jk = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+        conn = np.repeat(lo, k) + jk
+        each, extra = np.divmod(self.t_size[g], k)
+        part_bits = (np.repeat(each, k) + (jk < np.repeat(extra, k))) * 8.0
+        self._route(conn)
+        rows = self.conn_path[conn]
+        on = rows >= 0
+        bits = np.bincount(rows[on], weights=np.broadcast_to(part_bits[:, None], rows.shape)[on],
+                           minlength=len(self.links))
+        used = np.flatnonzero(bits > 0).astype(np.intp)
+        return ((0.0, duration_s, used, bits[used] / duration_s),)
 
     def _phase_key(self, g: IntArray) -> tuple[IntArray, tuple[int, bytes, bytes]]:
         """Transfers `g` (one phase) in key order, and the key of a phase replay: the routing version,
@@ -897,18 +1023,21 @@ class _Run:
 
     def _phase_replayed(self, payload: int) -> None:
         """Replayed phases end now: their load intervals logged, their transfers delivered at their times."""
-        chain, run = self.replays.pop(payload)
+        chain, loads, sampled = self.replays.pop(payload)
         end_s = self.now
-        for _, start_s in chain:
-            for t0, t1, used, rate in run.loads:
+        for (_, start_s, _), intervals in zip(chain, loads):
+            for t0, t1, used, rate in intervals:
                 self.now = start_s + t0
                 self.load = (used, rate)
                 self._record(start_s + t1)
         self.now = end_s
         self.load = (np.zeros(0, dtype=np.intp), np.zeros(0))
-        self.phases_replayed += len(chain)
-        g = np.concatenate([g for g, _ in chain])
-        self._begin(self._deliver(g, np.concatenate([start_s + run.end_off_s for _, start_s in chain])))
+        if sampled:
+            self.phases_sampled += len(chain)
+        else:
+            self.phases_replayed += len(chain)
+        g = np.concatenate([g for g, _, _ in chain])
+        self._begin(self._deliver(g, np.concatenate([start_s + off for _, start_s, off in chain])))
 
     def _watch_delivered(self, g: IntArray) -> None:
         """Without lockstep: transfers `g` are delivered now while a phase is watched. The watch is
@@ -924,17 +1053,20 @@ class _Run:
         w, self.watch = self.watch, None
         if w is None:
             return
+        if w.sampled:
+            end_off = self.end_s[w.g] - w.start_s
+            size = self.t_size[w.g].copy()
+            self.sample_runs[w.job] = _SampleRun(w.phase // self.jobs[w.job].sample_phases, w.version,
+                                                 self.now - w.start_s, size, end_off,
+                                                 _slack_bytes(self.opts.resolution_s, size, end_off))
+            return
         if self.phase_memo_transfers + w.g.size > PHASE_MEMO_TRANSFERS:
             self.phase_memo.clear()
             self.phase_memo_transfers = 0
         end_off = self.end_s[w.g] - w.start_s
         size = self.t_size[w.g].copy()
-        # A transfer's rate only grows while its phase runs (max-min shares, flows only leaving), so
-        # d bytes more or fewer move its end by at most d / (its mean rate): within the resolution
-        # for d <= resolution x size / time, the simulator's own tolerance for ends taken together
-        slack = np.zeros(size.size)
-        np.divide(self.opts.resolution_s * size, end_off, out=slack, where=end_off > 0)
-        self.phase_memo[w.key] = _PhaseRun(self.now - w.start_s, size, end_off, slack, tuple(w.loads),
+        self.phase_memo[w.key] = _PhaseRun(self.now - w.start_s, size, end_off,
+                                           _slack_bytes(self.opts.resolution_s, size, end_off), tuple(w.loads),
                                            self.events - w.events)
         self.phase_memo_transfers += w.g.size
 
@@ -999,13 +1131,13 @@ class _Run:
             self._deliver_ct(g)
             return np.zeros(0, dtype=np.intp)
         self.end_s[g] = self.now if end_s is None else end_s
-        if self.watch is not None and not self.opts.lockstep:
+        if self.watch is not None and not self.lock[self.watch.job]:
             self._watch_delivered(g)
         groups = self._by_job(g)
         ready = []
         for job, mine in groups:
             tpl, edge = self._out_edges(job, mine)
-            if self.opts.lockstep:
+            if self.lock[job]:
                 released = self._phases_delivered(job, tpl, mine - self.base[job])
                 if released is not None:
                     ready.append(released)
@@ -1013,7 +1145,7 @@ class _Run:
                 nxt = tpl.succ[edge] + self.base[job]
                 np.subtract.at(self.deps_left, nxt, 1)
                 nxt = nxt[self.deps_left[nxt] == 0]
-                ready.append(self._gate(job, tpl, nxt) if self.opts.lockstep else nxt)
+                ready.append(self._gate(job, tpl, nxt) if self.lock[job] else nxt)
         self._finished(groups)
         if not ready:
             return np.zeros(0, dtype=np.intp)
@@ -1116,7 +1248,7 @@ class _Run:
             self.wait_left[part] = tpl.dep_count
             self.sent_s[part] = np.nan
         roots = tpl.roots + base
-        if self.opts.lockstep:
+        if self.lock[j]:
             self.open_phase[j] = 0
             self.phase_left[j] = tpl.shape.phase_size.copy()
             self.held[j] = {}
@@ -1292,15 +1424,18 @@ class _Run:
         load = np.zeros(len(self.links))
         load[self.load[0]] = self.load[1]
         port_rates = {k: float(load[i]) for i, k in enumerate(self.egress_key) if k is not None}
-        per_conn = np.bincount(self.f_conn, weights=self.rates, minlength=len(self.conns))
+        per_conn = np.bincount(self.f_conn, weights=self.rates, minlength=len(self.ct))
         slot_rates: dict[tuple[str, str, int], float] = {}
         pol = self.policy
+        nics = self.fabric.nic_ports
         for c in np.flatnonzero(per_conn > 0).tolist():
-            conn, rate = self.conns[c], float(per_conn[c])
-            dest = conn.dst.switch
-            for node in self.conn_nodes[c][1:-2]:  # the switches before the destination's
+            rate, sport = float(per_conn[c]), int(self.ct.sport[c])
+            dest = nics[int(self.ct.dst_nic[c])].switch
+            # the switches before the destination's: where the path's links 1 .. hops - 2 leave
+            for link in self.conn_path[c, 1:self.conn_hops[c] - 1].tolist():
+                node = self.link_from[link]
                 if pol.is_decision(node, dest):
-                    key = (node, dest, pol.entropy.slot(pol.tier(node), conn.sport))
+                    key = (node, dest, pol.entropy.slot(pol.tier(node), sport))
                     slot_rates[key] = slot_rates.get(key, 0.0) + rate
         moves = pol.on_loads(port_rates, slot_rates, self.now)
         if moves:
@@ -1394,4 +1529,5 @@ class _Run:
             rate_updates=self.rate_updates, route_changes=self.route_changes, polls=self.polls, events=self.events,
             coarsened=self.coarsened,
             congestion_moves=self.congestion_moves, phases_replayed=self.phases_replayed,
+            phases_sampled=self.phases_sampled,
             stalled=tuple(int(g) for g in np.concatenate([np.zeros(0, dtype=np.intp), *stalled])))

@@ -41,6 +41,7 @@ class FlowSimResult:
     coarsened: int = 0  # times the load log's time resolution was halved
     events: int = 0  # instants at which flows ended or timed events (starts, deliveries, link events, polls) ran
     phases_replayed: int = 0  # lockstep phases whose run was taken from an identical earlier one (SimOptions.lockstep)
+    phases_sampled: int = 0  # lockstep phases whose run was taken from a simulated phase of their block (`Job.sample_phases`)
 
     @property
     def job_time_s(self) -> FloatArray:

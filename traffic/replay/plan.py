@@ -73,6 +73,7 @@ class ReplayOptions:
     repeat: int = 1  # loop the trace's steps this many times
     compute: str = "composed"  # or "slept": sleep compute gaps at the dilation (slow)
     compute_gap_us: float = 0.0  # compute before each collective, for traces without timings
+    step_ops: int | None = None  # NCCL logs: collectives per step (None: the steps the reader finds)
     port: int = 7000  # the agents' first data port (one per stream lane)
     ports: str = "planned"  # source ports: "planned" (channel c on the c-th path) or "hashed" (as the OS picks)
     seed: int = 0  # for hashed source ports
@@ -93,6 +94,8 @@ class ReplayOptions:
                               "steps are composed from the trace's compute and the measured collectives")
         if self.compute_gap_us < 0:
             raise ReplayError(f"--compute-gap-us must be >= 0, got {self.compute_gap_us}")
+        if self.step_ops is not None and self.step_ops < 1:
+            raise ReplayError(f"--step-ops must be >= 1, got {self.step_ops}")
         if self.ports not in ("planned", "hashed"):
             raise ReplayError(f"--ports must be planned or hashed, got {self.ports!r}")
 

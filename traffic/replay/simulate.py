@@ -19,14 +19,16 @@ policy's reroutes as controller events. What the simulator models and does not i
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import math
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, simulate
-from fabric.flowsim.connections import Connection, plan_connections
+from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, directed_links, simulate
+from fabric.flowsim.collisions import ecmp_collisions
+from fabric.flowsim.connections import ConnectionTable, pair_key, plan_connection_table
+from fabric.flowsim.routes import LinkRoutes
 from fabric.model import Fabric
 from fabric.routing import PathTable, RoutingPolicy, load_policy
 from fabric.transfers import TransferColumns
@@ -38,6 +40,19 @@ from traffic.workload import Workload
 
 #: link utilisation is reported over this many equal intervals of the run
 LINK_BINS = 200
+#: How an all-to-all's n - 1 rounds are simulated (`simulate_replay`'s `all_to_all`):
+#: - "exact": the DAG as scheduled (pairwise: a rank's round-k send waits for its round k - 1 receive, so
+#:   rounds drift into each other where ECMP collisions slow some flows; ~n^2 transfers, each flow end an
+#:   event: at 512 hosts on pyramid hashed ECMP 4e5 rate computations, minutes);
+#: - "lockstep": round k + 1 begins once every transfer of round k is delivered (no drift);
+#: - "sampled": lockstep, and of every block of `sample_phases(n)` rounds only the first is simulated, the
+#:   others run as it ran (`fabric.flowsim.Job.sample_phases`; their bytes on their own paths);
+#: - "auto": exact up to `A2A_EXACT_MAX` ranks, sampled above.
+#: What each costs in accuracy is measured by benchmarks/compare.py (figures in benchmarks/RESULTS.md).
+A2A_MODELS = ("auto", "exact", "lockstep", "sampled")
+A2A_EXACT_MAX = 128
+#: rounds an all-to-all simulates at most under "sampled"
+A2A_SAMPLED_ROUNDS = 32
 #: the plan's scale for the simulator: links at their real rates, bytes as recorded
 REAL_MBPS_PER_GBPS = 1000.0
 
@@ -78,24 +93,50 @@ def plan_for_simulation(workload: Workload, fabric: Fabric, options: ReplayOptio
                        placed=False)
 
 
+def sample_phases(n_ranks: int, model: str) -> tuple[bool | None, int]:
+    """(the job's lockstep, its phase sampling) for an all-to-all over `n_ranks` under `model` (A2A_MODELS);
+    None: as the options say."""
+    if model not in A2A_MODELS:
+        raise ReplayError(f"all-to-all model must be one of {', '.join(A2A_MODELS)}, got {model!r}")
+    if model == "auto":
+        model = "exact" if n_ranks <= A2A_EXACT_MAX else "sampled"
+    if model == "exact":
+        return None, 1
+    if model == "lockstep":
+        return True, 1
+    return True, max(1, math.ceil((n_ranks - 1) / A2A_SAMPLED_ROUNDS))
+
+
 def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routing: str, options: ReplayOptions,
-                    sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = ()) -> RunResult:
+                    sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = (),
+                    all_to_all: str = "auto") -> RunResult:
     sim = sim or SimOptions()
+    sample_phases(2, all_to_all)  # a bad model fails before anything is planned
     wall0, t0 = time.time(), time.monotonic()
     plan = plan_for_simulation(workload, fabric, options)
     sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed,
                               transfer_times=False)  # the report needs the calls' times only
     policy = load_policy(routing)(PathTable(fabric))
     # every link up; each lane's connections counted among themselves (a stream's calls run one at a time)
-    per_lane = [ecmp_collisions(fabric, policy, c) for c in simulated_connections(plan, policy, sim).values()]
+    table = simulated_connections(plan, policy, sim)
+    routes = LinkRoutes(fabric, policy, directed_links(fabric)[0])
+    paths = routes.rows(table.src_nic, table.dst_nic, table.sport)  # walked once: the run starts on them
+    n = len(fabric.hosts)
+    lane = table.pair_key // (n * n)
+    per_lane = [ecmp_collisions(policy, table, routes, paths,
+                                np.flatnonzero(np.repeat(lane == k, np.diff(table.pair_ptr))))
+                for k in np.unique(lane).tolist()]
     ecmp = {k: sum(c[k] for c in per_lane) for k in ("collisions", "choices", "ports_idle")}
     jobs = []
     for call in plan.calls:
-        dag = plan.templates[call.template].dag
-        if dag is None:
+        tpl = plan.templates[call.template]
+        if tpl.dag is None:
             raise ReplayError(f"call {call.id}: its template has no transfer DAG")
-        jobs.append(Job(dag, plan.placement, after=call.deps, lane=plan.templates[call.template].lane))
-    res = simulate(fabric, policy, jobs, options=sim, link_events=link_events)
+        lock, every = (None, 1)
+        if tpl.kind == "all_to_all" and not sim.cut_through:
+            lock, every = sample_phases(len(tpl.ranks), all_to_all)
+        jobs.append(Job(tpl.dag, plan.placement, after=call.deps, lane=tpl.lane, lockstep=lock, sample_phases=every))
+    res = simulate(fabric, policy, jobs, options=sim, link_events=link_events, connections=table, routes=paths)
     if res.stalled:
         job = int(np.searchsorted(np.asarray(res.job_offsets), res.stalled[0], side="right")) - 1
         call = plan.calls[job]
@@ -135,13 +176,12 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                      events, extra={"ecmp": ecmp})
 
 
-def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptions) -> dict[int, list[Connection]]:
-    """The connections the simulator gives the plan's host pairs, by lane (`fabric.flowsim.connections`:
+def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptions) -> ConnectionTable:
+    """The connections the simulator gives the plan's host pairs, every lane's (`fabric.flowsim.connections`:
     a set per lane, as the replay's)."""
-    hosts = [h.name for h in plan.fabric.hosts]
-    index = {h: i for i, h in enumerate(hosts)}
-    n = len(hosts)
-    keys = []
+    index = {h.name: i for i, h in enumerate(plan.fabric.hosts)}
+    n = len(index)
+    keys = [np.zeros(0, dtype=np.int64)]
     for t in plan.templates:
         if t.dag is None:
             continue
@@ -152,46 +192,9 @@ def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptio
         for r in cols.ranks:
             rank_host[r] = index[plan.placement.host(r)]
         a, b = rank_host[cols.src], rank_host[cols.dst]
-        keys.append(np.unique((t.lane * n + a[a != b]) * n + b[a != b]))
-    pairs = [(hosts[int(k) % (n * n) // n], hosts[int(k) % n], int(k) // (n * n))
-             for k in np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *keys]))]
-    planned = plan_connections(plan.fabric, policy.entropy, pairs, channels=sim.channels, ports=sim.ports,
-                               seed=sim.seed)
-    out: dict[int, list[Connection]] = {}
-    for p in pairs:
-        out.setdefault(p[2], []).extend(planned[p])
-    return out
-
-
-def ecmp_collisions(fab: Fabric, policy: RoutingPolicy, connections: Sequence[Connection]) -> dict[str, int]:
-    """ECMP collisions among `connections`, on their paths with every link up: at each switch,
-    for each set of equal-cost ports its connections choose among (e.g. a leaf's uplinks), the
-    connections that share a port while another port of the set carries none (each of them could have
-    had a port to itself). Static: the connections of a data-parallel all-reduce all run at once.
-    Returns {"collisions", "choices" (connections x switches where there was a choice), "ports_idle"}."""
-    counts: dict[tuple[str, tuple[int, ...]], dict[int, int]] = {}
-    choices = 0
-    for c in connections:
-        src, dst = c.src, c.dst
-        nodes = policy.path(src, dst, c.sport)
-        if nodes is None:
-            continue
-        for u, v in itertools.pairwise(nodes):
-            if u not in fab.switch_by_name:
-                continue
-            ports = tuple(sorted(policy.table.ecmp_ports(u, dst.switch)))
-            if len(ports) < 2:
-                continue
-            choices += 1
-            used = counts.setdefault((u, ports), {})
-            port = fab.port_towards(u, v)
-            used[port] = used.get(port, 0) + 1
-    collisions = idle_total = 0
-    for (_, ports), used in counts.items():
-        idle = len(ports) - len(used)
-        collisions += min(sum(n - 1 for n in used.values()), idle)
-        idle_total += idle
-    return {"collisions": collisions, "choices": choices, "ports_idle": idle_total}
+        keys.append(np.unique(pair_key(n, a[a != b], b[a != b], t.lane)))
+    return plan_connection_table(plan.fabric, policy.entropy, np.concatenate(keys), channels=sim.channels,
+                                 ports=sim.ports, seed=sim.seed)
 
 
 def link_series(fabric: Fabric, res: FlowSimResult, bins: int = LINK_BINS) -> tuple[float, list[LinkSeries]]:

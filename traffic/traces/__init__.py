@@ -122,8 +122,8 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
         raise TraceError(f"{p}: a directory mixing trace formats: {listing}")
     fmt = kinds[0]
     if fmt != "nccl-log" and (compute_gap_us is not None or collectives_per_step is not None):
-        raise TraceError(f"{p}: compute_gap_us / collectives_per_step apply to NCCL logs only; "
-                         f"this is a {fmt} trace with its own timings and steps")
+        raise TraceError(f"{p}: compute_gap_us / collectives_per_step (--compute-gap-us / --step-ops) apply to NCCL "
+                         f"logs only; this is a {fmt} trace with its own timings and steps")
     if fmt == "nccl-log":
         from traffic.traces.nccl_log import read_nccl_logs
         return read_nccl_logs(files, source=p, compute_gap_us=compute_gap_us,

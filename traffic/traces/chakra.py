@@ -10,7 +10,8 @@ What becomes what:
 - A collective is a `COMM_COLL_NODE` with attributes `comm_type` (the `CollectiveCommType` enum) and
   `comm_size` (bytes, the nccl-tests size). A COLL node flagged `is_cpu_op` is the host-side launch of a
   collective whose device kernel is its own COLL node; it is counted in the notes, not as a collective.
-  Any other COLL node without `comm_size` or `comm_type` is an error.
+  Any other COLL node without `comm_size` or `comm_type` is an error, and so is a `comm_size` that is
+  negative or above 2^48 bytes (`checked_size`; the message names the file and the node's id and name).
 - dtype: a `dtype` attribute, else the single tensor type of the node's inputs (`Tensor(float)`), else
   "unknown". Stream: a `stream` attribute, else a device node's `tid` (the device stream), else "0".
 - Process group: a `pg_name` (or `comm_group`) attribute, resolved to ranks through the trace's
@@ -37,7 +38,8 @@ from google.protobuf.internal.decoder import _DecodeVarint32
 from google.protobuf.message import DecodeError
 
 from traffic.traces import chakra_et_pb2 as pb
-from traffic.workload import Collective, Interval, RankTrace, Step, TraceError, Workload, merge_intervals
+from traffic.workload import (Collective, Interval, RankTrace, Step, TraceError, Workload, checked_size,
+                              merge_intervals)
 
 #: Chakra's `CollectiveCommType` -> the Workload's collective kind.
 COMM_KINDS: dict[int, str] = {
@@ -245,7 +247,7 @@ class _Reader:
             raise TraceError(f"{where}: no comm_size attribute (attributes: {sorted(attrs)})")
         if isinstance(size, float) and size.is_integer():
             size = int(size)
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, int):
             raise TraceError(f"{where}: comm_size {size!r} is not a byte count")
         comm_type = attrs.get("comm_type")
         if comm_type is None:
@@ -253,6 +255,8 @@ class _Reader:
         if isinstance(comm_type, bool) or not isinstance(comm_type, int) or comm_type not in COMM_KINDS:
             raise TraceError(f"{where}: comm_type {comm_type!r} is not a Chakra CollectiveCommType "
                              f"(0..{max(COMM_KINDS)})")
+        # comm_size is already the whole collective's bytes (nccl-tests size, no x nranks): checked as given
+        checked_size(where, f"{COMM_KINDS[comm_type]} comm_size", size)
         pg_name = next((str(attrs[k]) for k in _PG_NAME_ATTRS if attrs.get(k) not in (None, "")), None)
         stream = attrs.get("stream")
         if stream is None and attrs.get("is_cpu_op") is False:

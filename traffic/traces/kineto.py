@@ -6,19 +6,43 @@ What is read (`ts`/`dur` are microseconds; GPU kernels have `pid` = device, `tid
   A trace without markers is one step, 0, over the whole trace.
 - Collectives, new style (NCCL kernels `ncclKernel_*` / `ncclDevKernel_*` carrying `Collective name`,
   `In msg nelems`, `Out msg nelems`, `dtype`, `Group size`, `Process Group Ranks`): one per kernel, bytes =
-  max(In, Out msg nelems) x dtype size, which is the nccl-tests size of every kind.
-- Collectives, old style (sizes only on the CPU annotation `nccl:<kind>` / `gloo:<kind>`, args `Input Dims` and
-  `Input type`): a kernel is linked to its launch (`cuda_runtime`/`cuda_driver` event with the same
-  `args.correlation`), and the launch to the innermost collective annotation enclosing it on the same CPU thread;
-  the kernels of one annotation make one collective (all_to_all runs as `ncclKernel_SendRecv_*`). The annotation's
-  inputs are what PyTorch passed to the backend, so bytes = sum over tensor inputs of numel x dtype size, times
-  the group size for all_gather and gather (their input is one rank's part; nccl-tests counts the whole output);
-  reduce_scatter and all_to_all inputs are already the whole buffer. The process group is not recorded in this
-  style: every collective is taken over all ranks of the job (noted). A collective annotation with no device
-  kernel (a CPU-only gloo trace, or a kernel outside the recording) is a collective timed by the annotation.
+  max(In, Out msg nelems) x dtype size, which is the nccl-tests size of every kind. Such a kernel is attached to
+  its annotation as below only so that the annotation is not counted again.
+- Collectives, old style (NCCL kernels without `In msg nelems`/`Out msg nelems`; the sizes are only on the CPU
+  annotations `nccl:<kind>` / `gloo:<kind>`, args `Input Dims` and `Input type`): the annotations are the
+  collectives, their count and bytes; the kernels give only device timing (start, duration, stream, name). A
+  kernel is attached
+  1. through its launch, the `cuda_runtime`/`cuda_driver` event with the same `args.correlation`: to the
+     innermost collective annotation enclosing the launch on the launch's CPU thread;
+  2. where the launch is not in the trace (no correlation, or one no launch has; the profiler window cuts
+     launches at its edges), by stream, kind and order. On each stream, in device order, the kernels attached
+     through their launch are anchors. A stream runs kernels in issue order, so a run of launch-less kernels
+     between two anchors belongs to `nccl:` annotations with no kernel yet that started in between: at or after
+     the latest annotation start of the earlier anchors, at or before the earliest of the later ones. In that
+     window, kind by kind (the kernel's from its name: `ncclKernel_AllReduce_*` all_reduce, `AllGather`,
+     `ReduceScatter`, `Broadcast`, `Reduce`; `SendRecv` kernels go with all_to_all, send, recv, gather and
+     scatter annotations, which PyTorch runs as grouped point-to-point calls), kernels and annotations are paired
+     in order, an annotation only with a kernel that started after it. Where their counts differ, a run before
+     the stream's first anchor is paired from its end (the window's start cut off the earliest kernels'
+     annotations), any other from its start (the window's end cut off the latest annotations' kernels). Runs
+     bounded on both sides are paired first, then those open on one side, then streams without anchors.
+  A kernel left unattached (its launch enclosed by no annotation, no annotation of its kind left for it in order, or
+  a name that does not tell its kind) lies outside the recorded collectives, like its annotation: it is counted and
+  named in a note, provided the trace has a `nccl:` annotation with `Input Dims`; without one nothing gives its size
+  and the trace is refused. The kernels of one annotation make one collective, from the first one's device start to
+  the last one's end, on the first one's stream. The annotation's inputs are what PyTorch passed to the backend, so
+  bytes = sum over tensor inputs of numel x dtype size, times the group size for all_gather and gather (their input
+  is one rank's part; nccl-tests counts the whole output); reduce_scatter and all_to_all inputs are already the
+  whole buffer. The process group is not recorded in this style: every collective is taken over all ranks of the job
+  (noted). Where the annotations and the kernels without sizes differ in number, a note gives both. A collective
+  annotation with no kernel (a CPU-only gloo trace, or a kernel outside the recording) is a collective timed by the
+  annotation.
+- Sizes are checked where they are read: a negative `Input Dims` dimension or message count, or a collective of
+  more than 2^48 bytes (`MAX_COLLECTIVE_BYTES`), is a TraceError naming the file and the event (name and ts).
 - Receives (`recv`) are left out: a point-to-point transfer counts once, at its sender (noted).
-- Step membership: a kernel belongs to the step whose CPU interval contains its launch; an annotation-only
-  collective to the step containing its start. Collectives outside every step are left out (noted).
+- Step membership: a new-style kernel belongs to the step whose CPU interval contains its launch (where the
+  launch is not in the trace, its device start); an annotation's collective to the step containing the
+  annotation's start (which encloses its kernels' launches). Collectives outside every step are left out (noted).
 - Compute per step: the union of the non-NCCL GPU `kernel` intervals launched in the step (memcpy and memset are
   not compute); in a trace with no GPU kernels at all, the union of the step's CPU ops (`cpu_op`) that are not
   communication ops (`c10d::*`, `record_param_comms`) and not inside a collective annotation on their thread.
@@ -36,6 +60,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import itertools
 import json
 import re
 import zlib
@@ -47,7 +72,7 @@ import ijson
 
 from traffic.traces import open_trace, read_error
 from traffic.workload import (DTYPE_BYTES, Collective, Interval, RankTrace, Step, TraceError, Workload,
-                              canonical_dtype, collective_kind, is_receive, merge_intervals)
+                              canonical_dtype, checked_size, collective_kind, is_receive, merge_intervals)
 
 try:
     _IJSON: Any = ijson.get_backend("yajl2_c")
@@ -66,6 +91,7 @@ _READ_ERRORS = (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeErr
 _HEADER_KEYS = frozenset({"distributedInfo"})  # top-level metadata kept from the header
 _MAX_SAMPLES = 1 << 13  # launch (correlation, ts) samples kept in pass 1; thinned by half when full
 _ENCLOSING_LOOKBACK = 16  # annotations checked (latest-starting first) when looking for the one enclosing a launch
+_NAMED_KERNELS = 10  # unattributed NCCL kernels named in the note (the rest are counted)
 
 
 @dataclass
@@ -79,7 +105,7 @@ class _Annotation:
     end_us: float
     input_bytes: int | None  # sum of numel x dtype size over the tensor inputs; None without `Input Dims`
     dtype: str
-    used: bool = False
+    kernels: list[_NcclKernel] = field(default_factory=list)  # the NCCL kernels attached to it (`_attach`)
 
 
 @dataclass
@@ -90,6 +116,17 @@ class _NcclKernel:
     start_us: float
     duration_us: float
     args: dict[str, Any]
+    launch_us: float | None = None  # its launch event's ts, where the trace has it
+    annotation: _Annotation | None = None  # the collective annotation it is attached to
+
+    @property
+    def sized(self) -> bool:
+        """New style: the kernel carries its own collective and size."""
+        return "Collective name" in self.args and ("In msg nelems" in self.args or "Out msg nelems" in self.args)
+
+    @property
+    def short_name(self) -> str:
+        return self.name.split("(", 1)[0]
 
 
 @dataclass
@@ -331,25 +368,30 @@ def _annotation(name: str, ev: dict[str, Any], path: Path) -> _Annotation:
         raise TraceError(f"{path}: unknown collective {name!r} at ts {ev.get('ts')}")
     start = _num(ev, "ts", path)
     args = _args(ev)
-    sized = _input_bytes(args.get("Input Dims"), args.get("Input type"))
+    sized = _input_bytes(args.get("Input Dims"), args.get("Input type"), f"{path} at ts {start}",
+                         f"annotation {name!r}")
     return _Annotation(name, kind, is_receive(op), _thread(ev), start,
                        start + _num(ev, "dur", path), sized[0] if sized else None, sized[1] if sized else "unknown")
 
 
-def _input_bytes(dims: Any, types: Any) -> tuple[int, str] | None:
-    """Sum of numel x dtype size over the tensor inputs, and the first tensor's dtype; None if there are none."""
+def _input_bytes(dims: Any, types: Any, where: str, what: str) -> tuple[int, str] | None:
+    """Sum of numel x dtype size over the tensor inputs, and the first tensor's dtype; None if there are none.
+    A negative dimension, or more than MAX_COLLECTIVE_BYTES, is a TraceError naming `where` and `what`."""
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
     total = 0
     first: str | None = None
     for shape, type_name in zip(dims, types):
+        if isinstance(shape, list) and any(isinstance(d, int) and d < 0 for d in shape):
+            raise TraceError(f"{where}: {what}: negative dimension in Input Dims {str(shape)[:80]}")
         dtype = canonical_dtype(type_name) if isinstance(type_name, str) else None
         if dtype is None or not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
             continue
-        numel = 1
+        tensor = DTYPE_BYTES[dtype] if 0 not in shape else 0
         for d in shape:
-            numel *= d
-        total += numel * DTYPE_BYTES[dtype]
+            # refused as soon as it is too big: a hostile shape's exact product could take long to compute
+            tensor = checked_size(where, f"{what}: Input Dims {str(shape)[:80]} x {dtype}", tensor * d)
+        total = checked_size(where, f"{what}: Input Dims x Input type summed", total + tensor)
         first = first or dtype
     return (total, first) if first else None
 
@@ -546,11 +588,9 @@ def _collectives(path: Path, p: _Pass1, launches: dict[int, tuple[float, tuple[s
                  steps: list[tuple[int, float, float]], bounds: _Boundaries, world: int,
                  per_step: list[list[Collective]], notes: list[str], tag: str) -> int:
     """Fill per_step with the step's collectives; return how many fell outside every step."""
-    annotations = _by_thread(p.annotations)
+    _attach(p, launches)
     whole = tuple(range(world))
-    outside = receives = unlaunched = 0
-    grouped: dict[int, tuple[_Annotation, list[_NcclKernel], int | None]] = {}  # old style: one per annotation
-    assumed_group = False
+    outside = receives = 0
 
     def place(index: int | None, coll: Collective) -> None:
         nonlocal outside
@@ -561,53 +601,46 @@ def _collectives(path: Path, p: _Pass1, launches: dict[int, tuple[float, tuple[s
         per_step[index].append(Collective(coll.kind, coll.size_bytes, coll.dtype, coll.group_ranks, coll.stream,
                                           (coll.start_us or 0.0) - start, coll.duration_us, coll.name))
 
-    for k in p.nccl_kernels:
-        launch = launches.get(k.correlation) if k.correlation is not None else None
-        if launch is None:
+    unlaunched = 0
+    for k in p.nccl_kernels:  # new style: one collective per kernel
+        if not k.sized:
+            continue
+        if k.launch_us is None:
             unlaunched += 1
-            launch_ts, thread = k.start_us, None
-        else:
-            launch_ts, thread = launch
-        index = _step_index(bounds.region_of_time(launch_ts))
-        ann = _enclosing(annotations, thread, launch_ts, launch_ts) if thread is not None else None
-        if "Collective name" in k.args and ("In msg nelems" in k.args or "Out msg nelems" in k.args):
-            if ann is not None:
-                ann.used = True
-            op = str(k.args["Collective name"])
-            if is_receive(op):
-                receives += 1
-                continue
-            place(index, _new_style(path, k, op, whole))
-        elif ann is not None:
-            entry = grouped.setdefault(id(ann), (ann, [], index))
-            entry[1].append(k)
-            ann.used = True
-        else:
-            raise TraceError(f"{path}: NCCL kernel {k.name[:60]!r} at ts {k.start_us} has no size: no "
-                             "'In msg nelems' args and no enclosing nccl:* annotation with 'Input Dims'")
-    for ann, kernels, index in grouped.values():
+        op = str(k.args["Collective name"])
+        if is_receive(op):
+            receives += 1
+            continue
+        launched = k.start_us if k.launch_us is None else k.launch_us
+        place(_step_index(bounds.region_of_time(launched)), _new_style(path, k, op, whole))
+    _unattributed(path, p, notes, tag)
+    counted = cpu_only = by_annotation = 0
+    for ann in p.annotations:  # old style, and CPU-only: one collective per annotation
+        kernels = sorted((k for k in ann.kernels if not k.sized), key=lambda k: k.start_us)
+        if ann.kernels and not kernels:
+            continue  # its new-style kernels carry the collective
+        counted += 1
         if ann.receive:
             receives += 1
             continue
-        start = min(k.start_us for k in kernels)
-        end = max(k.start_us + k.duration_us for k in kernels)
-        place(index, _from_annotation(path, ann, whole, kernels[0].stream, start, end - start, kernels[0].name))
-        assumed_group = True
-    cpu_only = 0
-    for ann in p.annotations:
-        if ann.used:
-            continue
-        if ann.receive:
-            receives += 1
-            continue
-        cpu_only += 1
-        place(_step_index(bounds.region_of_time(ann.start_us)),
-              _from_annotation(path, ann, whole, f"thread:{ann.thread[1]}", ann.start_us,
-                               ann.end_us - ann.start_us, ann.name))
-        assumed_group = True
-    if assumed_group:
+        if kernels:
+            end = max(k.start_us + k.duration_us for k in kernels)
+            coll = _from_annotation(path, ann, whole, kernels[0].stream, kernels[0].start_us,
+                                    end - kernels[0].start_us, kernels[0].name)
+        else:
+            cpu_only += 1
+            coll = _from_annotation(path, ann, whole, f"thread:{ann.thread[1]}", ann.start_us,
+                                    ann.end_us - ann.start_us, ann.name)
+        by_annotation += 1
+        place(_step_index(bounds.region_of_time(ann.start_us)), coll)
+    unsized = [k for k in p.nccl_kernels if not k.sized]
+    by_order = sum(1 for k in unsized if k.launch_us is None and k.annotation is not None)
+    if by_annotation:
         notes.append(f"process groups are not recorded on nccl:/gloo: annotations: those collectives are taken "
                      f"over all {world} ranks")
+    if unsized and counted != len(unsized):
+        notes.append(f"{tag}collectives counted from the {counted} nccl:/gloo: annotation(s), receives included; "
+                     f"the {len(unsized)} NCCL kernel(s) without sizes give their timing only")
     if cpu_only and (p.nccl_kernels or p.compute_kernels):
         notes.append(f"{tag}{cpu_only} collective(s) had no device kernel: timed by their CPU annotation")
     if receives:
@@ -615,30 +648,50 @@ def _collectives(path: Path, p: _Pass1, launches: dict[int, tuple[float, tuple[s
     if unlaunched:
         notes.append(f"{tag}{unlaunched} NCCL kernel(s) without a launch event in the trace: placed by their "
                      "device start")
+    if by_order:
+        notes.append(f"{tag}{by_order} NCCL kernel(s) without a launch event in the trace: attached to their "
+                     "nccl: annotation by stream, kind and order")
     return outside
 
 
+def _unattributed(path: Path, p: _Pass1, notes: list[str], tag: str) -> None:
+    """Note the kernels without sizes that no annotation took: in a trace sized by its annotations, the profiler
+    window cut theirs off, so they are outside the recording like any collective there. Without such annotations
+    nothing gives their size: the trace is refused."""
+    left = sorted((k for k in p.nccl_kernels if not k.sized and k.annotation is None), key=lambda k: k.start_us)
+    if not left:
+        return
+    if not any(a.input_bytes is not None and a.name.startswith("nccl:") for a in p.annotations):
+        raise TraceError(f"{path}: NCCL kernel {left[0].short_name!r} at ts {left[0].start_us} has no size: no "
+                         "'In msg nelems' args, and no nccl:* annotation in the trace has 'Input Dims' to give it")
+    named = ", ".join(f"{k.short_name!r} at ts {k.start_us}" for k in left[:_NAMED_KERNELS])
+    more = f" and {len(left) - _NAMED_KERNELS} more" if len(left) > _NAMED_KERNELS else ""
+    notes.append(f"{tag}{len(left)} NCCL kernel(s) without sizes matched no nccl: annotation (the profiler window "
+                 f"cut theirs off), left out: {named}{more}")
+
+
 def _new_style(path: Path, k: _NcclKernel, op: str, whole: tuple[int, ...]) -> Collective:
+    where, what = f"{path} at ts {k.start_us}", f"NCCL kernel {k.short_name!r}"
     kind = collective_kind(op)
     if kind is None:
-        raise TraceError(f"{path}: NCCL kernel at ts {k.start_us}: unknown 'Collective name' {op!r}")
+        raise TraceError(f"{where}: {what}: unknown 'Collective name' {op!r}")
     raw_dtype = k.args.get("dtype")
     dtype = canonical_dtype(raw_dtype) if isinstance(raw_dtype, str) else None
     if dtype is None:
-        raise TraceError(f"{path}: NCCL kernel at ts {k.start_us}: unknown dtype {raw_dtype!r}")
-    nelems = [k.args.get("In msg nelems"), k.args.get("Out msg nelems")]
-    counts = [n for n in nelems if isinstance(n, int) and n >= 0]
-    if not counts:
-        raise TraceError(f"{path}: NCCL kernel at ts {k.start_us}: message sizes {nelems!r} are not counts")
+        raise TraceError(f"{where}: {what}: unknown dtype {raw_dtype!r}")
+    nelems = {key: k.args.get(key) for key in ("In msg nelems", "Out msg nelems")}
+    sizes = [checked_size(where, f"{what} {key} {n} x {dtype}", n * DTYPE_BYTES[dtype])  # each: max() hides one
+             for key, n in nelems.items() if isinstance(n, int) and not isinstance(n, bool)]
+    if not sizes:
+        raise TraceError(f"{where}: {what}: message sizes {list(nelems.values())!r} are not counts")
     ranks = _parse_ranks(k.args.get("Process Group Ranks"))
     size = k.args.get("Group size")
     if ranks is None or (isinstance(size, int) and len(ranks) != size):
         if isinstance(size, int) and size != len(whole):
-            raise TraceError(f"{path}: NCCL kernel at ts {k.start_us}: process group of {size} ranks but "
+            raise TraceError(f"{where}: {what}: process group of {size} ranks but "
                              f"'Process Group Ranks' {k.args.get('Process Group Ranks')!r} does not list them")
         ranks = whole
-    return Collective(kind, max(counts) * DTYPE_BYTES[dtype], dtype, ranks, k.stream, k.start_us, k.duration_us,
-                      k.name)
+    return Collective(kind, max(sizes), dtype, ranks, k.stream, k.start_us, k.duration_us, k.name)
 
 
 def _from_annotation(path: Path, ann: _Annotation, whole: tuple[int, ...], stream: str, start_us: float,
@@ -649,5 +702,132 @@ def _from_annotation(path: Path, ann: _Annotation, whole: tuple[int, ...], strea
                              "no 'Input Dims'/'Input type' (record with record_shapes=True)")
         size = 0
     else:
-        size = ann.input_bytes * (len(whole) if ann.kind in ("all_gather", "gather") else 1)
+        group = len(whole) if ann.kind in ("all_gather", "gather") else 1
+        size = checked_size(f"{path} at ts {ann.start_us}",
+                            f"annotation {ann.name!r}: {ann.input_bytes} input bytes x {group} rank(s)",
+                            ann.input_bytes * group)
     return Collective(ann.kind, size, ann.dtype, whole, stream, start_us, duration_us, name)
+
+
+# --- attaching NCCL kernels to their collective annotations --------------------------------------------------------
+
+#: Annotation kinds that NCCL runs as SendRecv kernels: PyTorch issues all_to_all, send/recv, gather and scatter as
+#: grouped point-to-point calls.
+_SEND_RECV_KINDS = frozenset({"all_to_all", "send_recv", "gather", "scatter"})
+_KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
+
+
+@dataclass
+class _Run:
+    """Consecutive kernels of one stream, in device order, that have no launch event in the trace, between the
+    stream's anchors (kernels attached through their launch)."""
+    kernels: list[_NcclKernel]
+    after_us: float  # their annotations started at or after this: the latest annotation start of earlier anchors
+    before_us: float  # ... and at or before this: the earliest annotation start of later anchors
+    from_end: bool  # paired from the end: the run precedes the stream's first anchor
+
+    @property
+    def open_sides(self) -> int:
+        return (self.after_us == float("-inf")) + (self.before_us == float("inf"))
+
+
+def _attach(p: _Pass1, launches: dict[int, tuple[float, tuple[str, str]]]) -> None:
+    """Attach the NCCL kernels to their collective annotations: through the launch (same correlation id) to the
+    innermost annotation enclosing it on its thread; a kernel whose launch is not in the trace, by stream, kind
+    and order (`_attach_run`). A kernel whose launch no annotation encloses stays unattached (its annotation is
+    outside the recording)."""
+    index = _by_thread(p.annotations)
+    for k in p.nccl_kernels:
+        launch = launches.get(k.correlation) if k.correlation is not None else None
+        if launch is None:
+            continue
+        k.launch_us = launch[0]
+        ann = _enclosing(index, launch[1], launch[0], launch[0])
+        if ann is not None:
+            _link(k, ann)
+    free = sorted((a for a in p.annotations if a.name.startswith("nccl:") and not a.kernels),
+                  key=lambda a: a.start_us)
+    starts = [a.start_us for a in free]
+    for run in sorted(_runs(p.nccl_kernels), key=lambda r: r.open_sides):  # the tightest windows choose first
+        window = free[bisect.bisect_left(starts, run.after_us):bisect.bisect_right(starts, run.before_us)]
+        _attach_run(run, window)
+
+
+def _link(k: _NcclKernel, ann: _Annotation) -> None:
+    k.annotation = ann
+    ann.kernels.append(k)
+
+
+def _runs(kernels: list[_NcclKernel]) -> list[_Run]:
+    """The runs of launch-less kernels on each stream. A stream runs its kernels in the order they were issued, so
+    a kernel's annotation started after those of the anchors before it and before those of the anchors after it."""
+    streams: dict[str, list[_NcclKernel]] = {}
+    for k in kernels:
+        streams.setdefault(k.stream, []).append(k)
+    runs: list[_Run] = []
+    for on_stream in streams.values():
+        on_stream.sort(key=lambda k: k.start_us)
+        anchor_starts = [k.annotation.start_us if k.annotation else float("inf") for k in reversed(on_stream)]
+        before = list(itertools.accumulate(anchor_starts, min))[::-1]  # before[i]: min over anchors from i on
+        after = float("-inf")
+        pending: list[_NcclKernel] = []
+        for i, k in enumerate(on_stream):
+            if k.annotation is not None:
+                if pending:
+                    runs.append(_Run(pending, after, before[i], from_end=after == float("-inf")))
+                pending = []
+                after = max(after, k.annotation.start_us)
+            elif k.launch_us is None:
+                pending.append(k)
+        if pending:
+            runs.append(_Run(pending, after, float("inf"), from_end=False))
+    return runs
+
+
+def _attach_run(run: _Run, window: list[_Annotation]) -> None:
+    """Pair a run's kernels with the annotations of `window` (by start) that have no kernel yet, kind class by
+    kind class (`_kernel_class`), in order (`_pair`)."""
+    by_class: dict[str, list[_NcclKernel]] = {}
+    for k in run.kernels:
+        cls = _kernel_class(k.name)
+        if cls is not None:
+            by_class.setdefault(cls, []).append(k)
+    for cls, kernels in by_class.items():
+        candidates = [a for a in window if not a.kernels and _kind_class(a.kind) == cls]
+        for k, ann in _pair(kernels, candidates, run.from_end):
+            _link(k, ann)
+
+
+def _pair(kernels: list[_NcclKernel], annotations: list[_Annotation],
+          from_end: bool) -> list[tuple[_NcclKernel, _Annotation]]:
+    """Kernels (by device start) and annotations (by CPU start) paired in order, an annotation only with a kernel
+    that started after it, as many pairs as possible. Where the counts differ, the pairing starts from the end
+    before the stream's first anchor (the window's start cut off the annotations of the earliest kernels) and
+    from the start elsewhere (the window's end cut off the kernels of the latest annotations)."""
+    ks = kernels[::-1] if from_end else kernels
+    anns = annotations[::-1] if from_end else annotations
+    pairs = []
+    i = j = 0
+    while i < len(ks) and j < len(anns):
+        if anns[j].start_us <= ks[i].start_us:
+            pairs.append((ks[i], anns[j]))
+            i += 1
+            j += 1
+        elif from_end:
+            j += 1  # this annotation started after the kernel: its own kernel is not in the trace
+        else:
+            i += 1  # no annotation left started before this kernel: its own is not in the trace
+    return pairs
+
+
+def _kind_class(kind: str) -> str:
+    """The NCCL kernel an annotation of `kind` runs as: its kind, or send_recv for the point-to-point ones."""
+    return "send_recv" if kind in _SEND_RECV_KINDS else kind
+
+
+def _kernel_class(name: str) -> str | None:
+    """The kind class of an NCCL kernel from its name (`ncclKernel_AllReduce_RING_LL_Sum_float` -> all_reduce,
+    `ncclDevKernel_SendRecv` -> send_recv); None if the name does not tell."""
+    m = _KERNEL_OP.match(name)
+    kind = collective_kind(m.group(1)) if m else None
+    return _kind_class(kind) if kind is not None else None
