@@ -42,6 +42,7 @@ from fabric.analysis import TopoSummary, summarize
 from fabric.emulation import EmulationOptions
 from fabric.errors import FabriclabError
 from fabric.routing import MODES
+from fabriclab.progress import ProgressView
 
 ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as package.module:ClassName "
                 "(a fabric.routing.RoutingPolicy subclass, importable here)")
@@ -263,23 +264,14 @@ def _sim_options(args: argparse.Namespace) -> Any:
 
 @contextlib.contextmanager
 def _progress_bar(quiet: bool, unit: str, desc: str) -> Iterator[Callable[[int, int], None]]:
-    """A progress callback (done, total) drawing a tqdm bar on a terminal's stderr; silent otherwise."""
-    bar = None
-    if not quiet and sys.stderr.isatty():
-        from tqdm import tqdm
+    """A progress callback (done, total) of `unit`s: a bar on a terminal's stderr, plain lines otherwise
+    (`fabriclab.progress`)."""
+    with ProgressView(f"{desc} ({unit})", quiet=quiet) as view:
+        yield view.items
 
-        bar = tqdm(total=0, unit=unit, desc=desc, leave=False)
 
-    def progress(n: int, total: int) -> None:
-        if bar is not None:
-            bar.total = total
-            bar.update(n - bar.n)
-
-    try:
-        yield progress
-    finally:
-        if bar is not None:
-            bar.close()
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -335,7 +327,13 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         else:
             from traffic.replay.simulate import simulate_replay
 
-            result = simulate_replay(workload, label, fab, routing, run_opts, sim_opts, link_events[fab.name])
+            with ProgressView(f"sim {fab.name} {routing}", quiet=args.json) as view:
+                def shown(p: Any) -> None:
+                    view.running({0: (p.bytes_share, f"{p.stage}: {p.calls_done}/{p.calls} calls, "
+                                                     f"{p.bytes_share:.0%} of bytes, simulated {p.sim_s * 1e3:.4g} ms")})
+
+                result = simulate_replay(workload, label, fab, routing, run_opts, sim_opts, link_events[fab.name],
+                                         all_to_all=args.all_to_all, progress=shown)
             result.write(sub)
         report.write_report(result, sub)
         results.append((sub, result))
@@ -377,15 +375,33 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.step_ops is not None:  # only when given: rows cached without it keep their keys
         options["step_ops"] = args.step_ops
     t0 = time.monotonic()
-    with _progress_bar(args.json, "config", "compare") as progress:
-        rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
-                           cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs, progress=progress,
-                           lockstep=args.lockstep)
-    seed = cmp.seed_check(rows)
     meta = {"trace": label, "series": [dataclasses.asdict(s) for s in series], "sizes": sorted(set(args.sizes)),
             "options": options, "sim": dataclasses.asdict(sim), "lockstep": args.lockstep,
-            "wall_s": time.monotonic() - t0}
-    paths = cmp.write(rows, seed, Path(args.out), meta)
+            "all_to_all": args.all_to_all}
+    expected = len(series) * len(set(args.sizes))
+
+    def partial(rows: list[Any]) -> None:  # every finished row on disk at once: a stopped run keeps them
+        cmp.write(rows, cmp.seed_check(rows), Path(args.out),
+                  meta | {"complete": len(rows) == expected, "rows_expected": expected,
+                          "wall_s": time.monotonic() - t0})
+
+    with ProgressView("compare", quiet=args.json) as view:
+        def shown(p: Any) -> None:
+            view.items(p.rows_done, p.rows)
+            view.running({r.label: (r.bytes_share, r.describe()) for r in p.running})
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupted) if main else None  # workers end too (`_sweep`)
+        try:
+            rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
+                               cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
+                               progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all, on_rows=partial)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+    seed = cmp.seed_check(rows)
+    paths = cmp.write(rows, seed, Path(args.out), meta | {"complete": True, "rows_expected": expected,
+                                                          "wall_s": time.monotonic() - t0})
     if args.json:
         print(paths[0].read_text())
     else:
@@ -545,6 +561,12 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-ms", type=float, default=10.0,
                    help="congestion feedback: the routing policy sees link and slot rates every this many "
                         "simulated ms, as the controller polls its counters (default 10; 0: never)")
+    p.add_argument("--all-to-all", choices=["auto", "exact", "lockstep", "sampled"], default="auto",
+                   help="how all-to-alls are simulated: exact (the DAG as scheduled), lockstep (each round "
+                        "waits for the whole round before), sampled (lockstep, one round of each block "
+                        "simulated and the block's others run as it ran, bytes on their own paths); default "
+                        "auto: exact up to 16 ranks (the emulated sizes), sampled above (errors in "
+                        "benchmarks/RESULTS.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:

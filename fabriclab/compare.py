@@ -41,10 +41,12 @@ import dataclasses
 import hashlib
 import json
 import math
+import multiprocessing
 import os
+import queue as queue_module
+import signal
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,13 +55,15 @@ from fabric import topofile
 from fabric.errors import FabriclabError
 from fabric.flowsim import SimOptions
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 DEFAULT_SIZES = (128, 256, 512, 1024)
 #: Above this many GPUs a ring all-reduce runs in its hierarchical form (rings inside each leaf, rings
 #: across leaves): a flat ring over 16,384 ranks is 5.4e8 transfers of a few kB, latency-bound, and not
 #: what NCCL runs at that size either (it switches to trees and hierarchical algorithms).
 FLAT_RING_MAX = 1024
 BUSY_UTIL, HOT_UTIL = 0.05, 0.9
+#: how often the sweep looks at its workers' progress messages and finished rows (seconds)
+PROGRESS_POLL_S = 0.2
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -101,17 +105,35 @@ class Row:
 
 # ---- one configuration (runs in a worker process) --------------------------------------------------
 
+#: the worker's queue to the parent for progress messages (set by `_init_worker`)
+_PROGRESS_QUEUE: Any = None
+
+
+def _init_worker(queue: Any) -> None:
+    global _PROGRESS_QUEUE
+    _PROGRESS_QUEUE = queue
+    # Ctrl-C reaches the whole process group: the parent ends the workers (`_sweep`), they need not
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_one(task: dict[str, Any]) -> dict[str, Any]:
     from traffic.replay import ReplayOptions
-    from traffic.replay.simulate import simulate_replay
+    from traffic.replay.simulate import RunProgress, simulate_replay
     from traffic.traces import load
 
     t0 = time.monotonic()
+
+    def tell(p: RunProgress) -> None:
+        if _PROGRESS_QUEUE is not None:
+            _PROGRESS_QUEUE.put((task["index"], dataclasses.asdict(p), time.monotonic() - t0))
+
+    tell(RunProgress("load"))
     fab = topofile.scaled(task["topology"], task["gpus"])
     workload = load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None,
                     collectives_per_step=task["opts"].get("step_ops"))
     opts = ReplayOptions(**task["opts"])
-    result = simulate_replay(workload, task["label"], fab, task["routing"], opts, SimOptions(**task["sim"]))
+    result = simulate_replay(workload, task["label"], fab, task["routing"], opts, SimOptions(**task["sim"]),
+                             all_to_all=task["all_to_all"], progress=tell)
     row = row_from_result(result, task["topology"], fab.name, task["routing"], task["gpus"])
     return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0,
                                                   algorithm=opts.algorithm, lockstep=bool(task["sim"]["lockstep"])))
@@ -174,21 +196,74 @@ def code_digest() -> str:
 def _key(task: dict[str, Any], trace: str, code: str) -> str:
     template = topofile.template(task["topology"])
     doc = {"v": CACHE_VERSION, "trace": trace, "template": template, "routing": task["routing"],
-           "gpus": task["gpus"], "opts": task["opts"], "sim": task["sim"], "code": code}
+           "gpus": task["gpus"], "opts": task["opts"], "sim": task["sim"], "a2a": task["all_to_all"], "code": code}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RowProgress:
+    """A row being computed: which, its stage (`traffic.replay.simulate.RunProgress`), the calls done,
+    the share of its bytes done, its simulated time so far, events, wall time, and the time to go
+    estimated from the share of bytes done (None until some are)."""
+
+    label: str
+    stage: str
+    calls_done: int
+    calls: int
+    bytes_share: float
+    sim_s: float
+    events: int
+    wall_s: float
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def eta_s(self) -> float | None:
+        if self.stage != "simulate" or not 0 < self.bytes_share < 1:
+            return None
+        return self.wall_s * (1 - self.bytes_share) / self.bytes_share
+
+    def describe(self) -> str:
+        if self.stage != "simulate":
+            return f"{self.label}: {self.stage}"
+        eta = self.eta_s
+        return (f"{self.label}: {self.calls_done}/{self.calls} calls, {self.bytes_share:.0%} of bytes, simulated "
+                f"{self.sim_s * 1e3:.4g} ms, {self.events_per_s:,.0f} events/s"
+                + (f", ~{eta:.0f} s to go" if eta is not None else ""))
+
+
+@dataclass(frozen=True)
+class CompareProgress:
+    rows_done: int
+    rows: int
+    running: tuple[RowProgress, ...]
+
+
+def _label(task: dict[str, Any]) -> str:
+    return f"{topofile.scaled(task['topology'], task['gpus']).name} {task['routing']} ({task['gpus']} GPUs)"
 
 
 def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes: Sequence[int] = DEFAULT_SIZES, *,
             options: dict[str, Any] | None = None, sim: SimOptions | None = None, label: str | None = None,
             cache_dir: Path | None = None, jobs: int | None = None,
-            progress: Callable[[int, int], None] | None = None, lockstep: str = "auto") -> list[Row]:
+            progress: Callable[[CompareProgress], None] | None = None, lockstep: str = "auto",
+            all_to_all: str = "auto", on_rows: Callable[[list[Row]], None] | None = None) -> list[Row]:
     """Every series at every size (module docstring); rows ordered by series, then size. `options`:
     `ReplayOptions` fields (placement, algorithm, channels, repeat, ports, seed, compute_gap_us);
     `ports` defaults per row to planned under adaptive routing and hashed otherwise. `lockstep`:
     "auto" (above `FLAT_RING_MAX` GPUs, unless `sim.cut_through`), "on" or "off" (overrides
-    `sim.lockstep`)."""
+    `sim.lockstep`). `all_to_all`: how all-to-alls are simulated (`traffic.replay.simulate.A2A_MODELS`).
+    `progress` is called as rows start, advance (every ~0.5 s) and finish; `on_rows` with the rows
+    finished so far (in table order) each time one finishes, so a stopped run keeps them; finished rows
+    are cached at once, so a run started again computes only the others."""
     if lockstep not in ("auto", "on", "off"):
         raise CompareError(f"lockstep must be auto, on or off, got {lockstep!r}")
+    from traffic.replay.simulate import A2A_MODELS
+
+    if all_to_all not in A2A_MODELS:
+        raise CompareError(f"all_to_all must be one of {', '.join(A2A_MODELS)}, got {all_to_all!r}")
     sizes = sorted({int(n) for n in sizes})
     if not sizes or sizes[0] < 2:
         raise CompareError(f"sizes must be >= 2 GPUs, got {list(sizes)}")
@@ -204,7 +279,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     sim_doc = dataclasses.asdict(sim or SimOptions())
     if sim_doc["cut_through"] and lockstep == "on":
         raise CompareError("cut-through forwarding and lockstep exclude each other (lockstep waits for whole steps)")
-    tasks = []
+    tasks: list[dict[str, Any]] = []
     for s in series:
         load_policy(s.routing)  # a bad routing fails before anything runs
         for n in sizes:
@@ -214,8 +289,9 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
             lock = lockstep == "on" or (lockstep == "auto" and n > FLAT_RING_MAX and not sim_doc["cut_through"])
-            tasks.append({"trace": str(trace), "label": label or str(trace), "topology": s.topology,
-                          "routing": s.routing, "gpus": n, "opts": opts, "sim": {**sim_doc, "lockstep": lock}})
+            tasks.append({"index": len(tasks), "trace": str(trace), "label": label or str(trace),
+                          "topology": s.topology, "routing": s.routing, "gpus": n, "opts": opts,
+                          "sim": {**sim_doc, "lockstep": lock}, "all_to_all": all_to_all})
     results: dict[int, dict[str, Any]] = {}
     keys: dict[int, str] = {}
     if cache_dir is not None:
@@ -229,25 +305,61 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
                     results[i] = json.loads(hit.read_text()) | {"cached": True}
                 except (OSError, json.JSONDecodeError):
                     pass  # an unreadable entry is recomputed
+    running: dict[int, RowProgress] = {}
+
+    def report() -> None:
+        if progress is not None:
+            progress(CompareProgress(len(results), len(tasks), tuple(running[i] for i in sorted(running))))
+
+    def finished(i: int, row: dict[str, Any]) -> None:
+        results[i] = row
+        running.pop(i, None)
+        if cache_dir is not None:
+            tmp = cache_dir / f".{keys[i]}.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(row))
+            tmp.replace(cache_dir / f"{keys[i]}.json")
+        if on_rows is not None:
+            on_rows(with_efficiency([Row(**results[k]) for k in sorted(results)]))
+        report()
+
+    report()
+    if results and on_rows is not None:
+        on_rows(with_efficiency([Row(**results[k]) for k in sorted(results)]))
     todo = [i for i in range(len(tasks)) if i not in results]
-    done = len(results)
-    if progress is not None:
-        progress(done, len(tasks))
-    workers = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     if todo:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {i: pool.submit(_run_one, tasks[i]) for i in todo}
-            for i in todo:
-                results[i] = futures[i].result()
-                if cache_dir is not None:
-                    tmp = cache_dir / f".{keys[i]}.{os.getpid()}.tmp"
-                    tmp.write_text(json.dumps(results[i]))
-                    tmp.replace(cache_dir / f"{keys[i]}.json")
-                done += 1
-                if progress is not None:
-                    progress(done, len(tasks))
+        _sweep(tasks, todo, max(1, min(jobs or os.cpu_count() or 1, len(todo))), running, report, finished)
     rows = [Row(**results[i]) for i in range(len(tasks))]
     return with_efficiency(rows)
+
+
+def _sweep(tasks: list[dict[str, Any]], todo: list[int], workers: int, running: dict[int, RowProgress],
+           report: Callable[[], None], finished: Callable[[int, dict[str, Any]], None]) -> None:
+    """Run `todo` in `workers` processes, relaying their progress (`running`, `report`) and each row as it
+    finishes (`finished`). Ended in any way (an error in a row, Ctrl-C, SIGTERM as KeyboardInterrupt), the
+    workers are terminated: nothing runs on after the command."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(queue,))
+    try:
+        pending = {i: pool.apply_async(_run_one, (tasks[i],)) for i in todo}
+        labels = {i: _label(tasks[i]) for i in todo}
+        while pending:
+            try:
+                i, doc, wall_s = queue.get(timeout=PROGRESS_POLL_S)
+                if i in pending:
+                    running[i] = RowProgress(labels[i], doc["stage"], doc["calls_done"], doc["calls"],
+                                             doc["bytes_share"], doc["sim_s"], doc["events"], wall_s)
+                    report()
+            except queue_module.Empty:
+                pass
+            for i in [i for i, r in pending.items() if r.ready()]:
+                row = pending.pop(i).get()  # a row's error is raised here
+                finished(i, row)
+        pool.close()
+        pool.join()
+    finally:
+        pool.terminate()
+        queue.close()
 
 
 def with_efficiency(rows: Sequence[Row]) -> list[Row]:

@@ -16,7 +16,7 @@ dynamics or path latency, except as the overhead parameters of `SimOptions` (0 b
 from __future__ import annotations
 
 from fabric.flowsim.connections import Connection, plan_connections
-from fabric.flowsim.executor import Job, LinkEvent, SimOptions, directed_links, simulate
+from fabric.flowsim.executor import Job, LinkEvent, SimOptions, SimProgress, directed_links, simulate
 from fabric.flowsim.maxmin import (
     FlowSimError,
     incidence,
@@ -34,6 +34,7 @@ __all__ = [
     "Job",
     "LinkEvent",
     "SimOptions",
+    "SimProgress",
     "directed_links",
     "incidence",
     "max_min_rates",

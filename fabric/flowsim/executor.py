@@ -58,8 +58,9 @@ from __future__ import annotations
 import functools
 import heapq
 import math
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +114,23 @@ class LinkEvent:
     switch: str
     port: int
     up: bool = False
+
+
+@dataclass(frozen=True)
+class SimProgress:
+    """Where a run is (`simulate`'s `progress` callback): simulated time, jobs, events, rate computations,
+    and each job's completion time so far (nan: not completed; a view, valid during the call)."""
+
+    now_s: float
+    jobs_done: int
+    jobs: int
+    events: int
+    rate_updates: int
+    job_end_s: FloatArray
+
+
+#: a run reports its progress at most this often (wall seconds)
+PROGRESS_EVERY_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -191,19 +209,23 @@ def directed_links(fabric: Fabric) -> tuple[tuple[DirectedLinkName, ...], FloatA
 
 def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, options: SimOptions | None = None,
              link_events: Sequence[LinkEvent] = (), connections: ConnectionTable | None = None,
-             routes: tuple[IntArray, IntArray] | None = None) -> FlowSimResult:
+             routes: tuple[IntArray, IntArray] | None = None,
+             progress: Callable[[SimProgress], None] | None = None) -> FlowSimResult:
     """Run `jobs` over `fabric` with `policy` routing (module docstring). The policy is driven by the
     link events (its state changes): give it a fresh one per run. `connections`: the host pairs'
     connections, if already planned (`plan_connection_table` with the options' channels, ports and
     seed, for at least the jobs' pairs); else planned here. `routes`: their paths with the policy as
-    given (`LinkRoutes.rows` of every connection), if already walked; else walked as they are used."""
+    given (`LinkRoutes.rows` of every connection), if already walked; else walked as they are used.
+    `progress` is called every `PROGRESS_EVERY_S` of wall time while it runs, and once at the end."""
     opts = options or SimOptions()
     opts.check()
     if policy.table.fabric is not fabric:
         raise FlowSimError(f"the policy routes fabric {policy.table.fabric.name!r}, not the one given")
     if routes is not None and connections is None:
         raise FlowSimError("routes are given for the connections they were walked for: give those too")
-    return _Run(fabric, policy, list(jobs), opts, list(link_events), connections, routes).run()
+    run = _Run(fabric, policy, list(jobs), opts, list(link_events), connections, routes)
+    run.progress = progress
+    return run.run()
 
 
 #: phase replays (lockstep) kept at most, by total transfers held
@@ -213,6 +235,8 @@ PHASE_REPLAY = True
 #: a phase's sizes are looked up by size >> this (a ring's chunks differ by a byte from step to step);
 #: a match must then be within the resolution (`_Run._phase_replay`)
 PHASE_SIZE_SHIFT = 6
+#: sampled chains whose load intervals are kept for later calls of their collective, at most
+CHAIN_LOADS_KEPT = 4096
 #: `deps_left` of a transfer a chain of replayed phases began: it never reaches 0 again
 CHAINED = 1 << 60
 
@@ -254,10 +278,9 @@ class _PhaseRun:
 
 @dataclass(frozen=True)
 class _SampleRun:
-    """What the simulated phase of a block did (`_Run._sampled_replay`): its block and routing version, its
+    """What the simulated phase of a block did (`_Run._sampled_replay`): the routing version it ran on, its
     duration, and its transfers' sizes, delivery offsets and slack bytes in DAG order."""
 
-    block: int
     version: int
     duration_s: float
     size: IntArray
@@ -447,6 +470,8 @@ class _Run:
                  events: list[LinkEvent], connections: ConnectionTable | None = None,
                  routes: tuple[IntArray, IntArray] | None = None) -> None:
         self.fabric, self.policy, self.jobs, self.opts = fabric, policy, jobs, opts
+        self.progress: Callable[[SimProgress], None] | None = None
+        self.next_report_s = 0.0
         # a transfer's hops (`hops`) are kept only where they cost time (a per-hop delay)
         self.per_hop = opts.per_hop_s > 0
         self.links, self.capacity_bps = directed_links(fabric)
@@ -480,8 +505,11 @@ class _Run:
                 raise FlowSimError(f"job {j.dag.label or k}: phase sampling needs lockstep")
         if opts.cut_through and any(self.lock):
             raise FlowSimError("cut_through and lockstep exclude each other (lockstep waits for whole steps)")
-        # phase sampling: per job, what the simulated phase of its current block did
-        self.sample_runs: dict[int, _SampleRun] = {}
+        # phase sampling: per (template, block), what the block's simulated phase did (calls of one
+        # collective share them: a later call's blocks all run as the first call's did)
+        self.sample_runs: dict[tuple[int, int], _SampleRun] = {}
+        # (template, first phase, phases, routing version) -> a replayed chain's load interval
+        self.chain_loads: dict[tuple[int, int, int, int], tuple[tuple[float, float, IntArray, FloatArray], ...]] = {}
         self.phases_sampled = 0
         # the pool: the state of the transfers of every job that has started and not completed, each
         # job in a contiguous range of it (`self.base`), reused once the job has completed
@@ -950,9 +978,11 @@ class _Run:
         idle fabric. If the simulated phase of its block (phases k x b .. k x b + k - 1) is known, on the
         same routing, with as many transfers and sizes that fit, `p` and the block's phases after it run
         as that one ran, transfer for transfer in DAG order (each delivered at its counterpart's offset
-        from the phase's start), one after another as far as no other event falls inside; each phase's
-        bytes are logged on its own connections' paths, evenly over its duration. Otherwise `p` is
-        simulated and watched: it becomes its block's. Returns True if `p` is replayed.
+        from the phase's start), one after another as far as no other event falls inside; their bytes
+        are logged on their own connections' paths, evenly over the chain. Otherwise `p` is
+        simulated and watched: it becomes its block's. The simulated phases are kept per template (DAG,
+        placement and lane) and block: a later call of the same collective runs all its blocks from them.
+        Returns True if `p` is replayed.
 
         What it assumes: a phase of a block takes as long, and delivers in the same order, as the one
         simulated, although its host pairs differ (an all-to-all's rounds: rank q sends to q + k in
@@ -962,8 +992,8 @@ class _Run:
         order, ptr = tpl.shape.phase_members
         base = self.base[job]
         h = order[ptr[p]:ptr[p + 1]] + base
-        run = self.sample_runs.get(job)
-        if run is None or run.block != p // k or run.version != self.route_version or run.size.size != h.size \
+        run = self.sample_runs.get((self.job_tpl[job], p // k))
+        if run is None or run.version != self.route_version or run.size.size != h.size \
                 or not run.fits(self.t_size[h]):
             self.watch = _PhaseWatch((self.route_version, b"", b""), job, p, h, self.now, [], self.events,
                                      self.route_version, sampled=True)
@@ -987,7 +1017,16 @@ class _Run:
             chain.append((hq, end_s, run.end_off_s))
             end_s += run.duration_s
             q += 1
-        self.replays[self.seq] = (chain, [self._own_loads(g, run.duration_s) for g, _, _ in chain], True)
+        # the chain's bytes on their own paths, evenly over it (one interval: a chain is at most a block of
+        # phases, far shorter than the report's bins); the same chain of a later call logs the same
+        key = (self.job_tpl[job], p, len(chain), self.route_version)
+        loads = self.chain_loads.get(key)
+        if loads is None:
+            loads = self._own_loads(np.concatenate([g for g, _, _ in chain]), end_s - self.now)
+            if len(self.chain_loads) >= CHAIN_LOADS_KEPT:
+                self.chain_loads.clear()
+            self.chain_loads[key] = loads
+        self.replays[self.seq] = (chain, [loads] + [()] * (len(chain) - 1), True)
         self._push(end_s, 4, self.seq)
         return True
 
@@ -1056,9 +1095,8 @@ class _Run:
         if w.sampled:
             end_off = self.end_s[w.g] - w.start_s
             size = self.t_size[w.g].copy()
-            self.sample_runs[w.job] = _SampleRun(w.phase // self.jobs[w.job].sample_phases, w.version,
-                                                 self.now - w.start_s, size, end_off,
-                                                 _slack_bytes(self.opts.resolution_s, size, end_off))
+            self.sample_runs[(self.job_tpl[w.job], w.phase // self.jobs[w.job].sample_phases)] = _SampleRun(
+                w.version, self.now - w.start_s, size, end_off, _slack_bytes(self.opts.resolution_s, size, end_off))
             return
         if self.phase_memo_transfers + w.g.size > PHASE_MEMO_TRANSFERS:
             self.phase_memo.clear()
@@ -1455,8 +1493,18 @@ class _Run:
         """Nothing but polls is pending, and no flow moves: a poll cannot make a flow without a path move."""
         return all(kind == 3 for _, _, kind, _ in self.heap)
 
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.next_report_s = time.monotonic() + PROGRESS_EVERY_S
+            done = int(np.count_nonzero(~np.isnan(self.job_done_s)))
+            self.progress(SimProgress(self.now, done, len(self.jobs), self.events, self.rate_updates,
+                                      self.job_done_s))
+
     def run(self) -> FlowSimResult:
+        self.next_report_s = time.monotonic() + PROGRESS_EVERY_S
         while True:
+            if self.progress is not None and time.monotonic() >= self.next_report_s:
+                self._report()
             if self.dirty:
                 self._update_rates()
             next_event = self.heap[0][0] if self.heap else math.inf
@@ -1497,6 +1545,7 @@ class _Run:
                 else:
                     self._poll()
         self._flush_log()
+        self._report()
         return self._result()
 
     def _result(self) -> FlowSimResult:

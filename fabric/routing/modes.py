@@ -104,11 +104,15 @@ class AdaptivePolicy(EcmpPolicy):
     def react_to_loads(self, slot_rates_bps: dict[SlotKey, float], now: float) -> list[SlotMove]:
         hot = sorted(self.hot_links(), key=lambda l: -self.utilisation(l))
         moves = []
+        # `elephants` by floor, while no slot has moved: a poll of a large fabric has thousands of hot links
+        # and slots, and the count over all slots is the same for every hot link of one capacity
+        counted: dict[float, Counter[DirectedLink]] = {}
         for link in hot:
             if self._link_hold_until.get(link, -1.0) > now:
                 continue
-            move = self._relieve(link, slot_rates_bps, now)
+            move = self._relieve(link, slot_rates_bps, now, counted)
             if move is not None:
+                counted.clear()
                 self._link_hold_until[link] = now + self.config.hold_s
                 moves.append(move)
         if self._away:
@@ -160,7 +164,8 @@ class AdaptivePolicy(EcmpPolicy):
                 count.update(self.slot_links(sw, dest, slot))
         return count
 
-    def _relieve(self, hot: DirectedLink, slot_rates: dict[SlotKey, float], now: float) -> SlotMove | None:
+    def _relieve(self, hot: DirectedLink, slot_rates: dict[SlotKey, float], now: float,
+                 counted: dict[float, Counter[DirectedLink]] | None = None) -> SlotMove | None:
         """Move one of the elephants sharing `hot` to the alternative with the fewest elephants.
 
         Elephants are slots carrying at least `min_move_share` of the link, counted where they
@@ -175,7 +180,11 @@ class AdaptivePolicy(EcmpPolicy):
         cfg = self.config
         cap = self._capacity_bps
         floor = cfg.min_move_share * cap[hot]
-        elephants = self.elephants(slot_rates, floor)
+        elephants = counted.get(floor) if counted is not None else None
+        if elephants is None:
+            elephants = self.elephants(slot_rates, floor)
+            if counted is not None:
+                counted[floor] = elephants
         n_hot = elephants[hot]
         if n_hot < 2:
             return None

@@ -21,11 +21,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, directed_links, simulate
+from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, SimProgress, directed_links, simulate
 from fabric.flowsim.collisions import ecmp_collisions
 from fabric.flowsim.connections import ConnectionTable, pair_key, plan_connection_table
 from fabric.flowsim.routes import LinkRoutes
@@ -47,10 +48,11 @@ LINK_BINS = 200
 #: - "lockstep": round k + 1 begins once every transfer of round k is delivered (no drift);
 #: - "sampled": lockstep, and of every block of `sample_phases(n)` rounds only the first is simulated, the
 #:   others run as it ran (`fabric.flowsim.Job.sample_phases`; their bytes on their own paths);
-#: - "auto": exact up to `A2A_EXACT_MAX` ranks, sampled above.
+#: - "auto": exact up to `A2A_EXACT_MAX` ranks (the emulated fabrics: the simulator then runs the DAG the
+#:   emulation replay runs), sampled above, so that the sizes of one comparison share one model.
 #: What each costs in accuracy is measured by benchmarks/compare.py (figures in benchmarks/RESULTS.md).
 A2A_MODELS = ("auto", "exact", "lockstep", "sampled")
-A2A_EXACT_MAX = 128
+A2A_EXACT_MAX = 16
 #: rounds an all-to-all simulates at most under "sampled"
 A2A_SAMPLED_ROUNDS = 32
 #: the plan's scale for the simulator: links at their real rates, bytes as recorded
@@ -93,6 +95,21 @@ def plan_for_simulation(workload: Workload, fabric: Fabric, options: ReplayOptio
                        placed=False)
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """How far `simulate_replay` is: its stage ("plan", "connections", "simulate", "done"), the calls
+    completed, the share of the run's bytes they carry (what the time to go follows best: a call's cost
+    grows with its transfers), the simulated time so far, events and rate computations."""
+
+    stage: str
+    calls_done: int = 0
+    calls: int = 0
+    bytes_share: float = 0.0
+    sim_s: float = 0.0
+    events: int = 0
+    rate_updates: int = 0
+
+
 def sample_phases(n_ranks: int, model: str) -> tuple[bool | None, int]:
     """(the job's lockstep, its phase sampling) for an all-to-all over `n_ranks` under `model` (A2A_MODELS);
     None: as the options say."""
@@ -109,15 +126,18 @@ def sample_phases(n_ranks: int, model: str) -> tuple[bool | None, int]:
 
 def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routing: str, options: ReplayOptions,
                     sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = (),
-                    all_to_all: str = "auto") -> RunResult:
+                    all_to_all: str = "auto", progress: Callable[[RunProgress], None] | None = None) -> RunResult:
     sim = sim or SimOptions()
     sample_phases(2, all_to_all)  # a bad model fails before anything is planned
+    tell = progress or (lambda p: None)
+    tell(RunProgress("plan"))
     wall0, t0 = time.time(), time.monotonic()
     plan = plan_for_simulation(workload, fabric, options)
     sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed,
                               transfer_times=False)  # the report needs the calls' times only
     policy = load_policy(routing)(PathTable(fabric))
     # every link up; each lane's connections counted among themselves (a stream's calls run one at a time)
+    tell(RunProgress("connections", calls=len(plan.calls)))
     table = simulated_connections(plan, policy, sim)
     routes = LinkRoutes(fabric, policy, directed_links(fabric)[0])
     paths = routes.rows(table.src_nic, table.dst_nic, table.sport)  # walked once: the run starts on them
@@ -128,6 +148,7 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                 for k in np.unique(lane).tolist()]
     ecmp = {k: sum(c[k] for c in per_lane) for k in ("collisions", "choices", "ports_idle")}
     jobs = []
+    a2a: set[tuple[str, int]] = set()  # (model, ranks) of the all-to-alls, for the note
     for call in plan.calls:
         tpl = plan.templates[call.template]
         if tpl.dag is None:
@@ -135,8 +156,17 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
         lock, every = (None, 1)
         if tpl.kind == "all_to_all" and not sim.cut_through:
             lock, every = sample_phases(len(tpl.ranks), all_to_all)
+            a2a.add(("sampled" if every > 1 else "lockstep" if lock else "exact", len(tpl.ranks)))
         jobs.append(Job(tpl.dag, plan.placement, after=call.deps, lane=tpl.lane, lockstep=lock, sample_phases=every))
-    res = simulate(fabric, policy, jobs, options=sim, link_events=link_events, connections=table, routes=paths)
+    weight = np.asarray([max(plan.templates[c.template].size_bytes, 1) for c in plan.calls], dtype=np.float64)
+
+    def simulated(p: SimProgress) -> None:
+        done = ~np.isnan(p.job_end_s)
+        tell(RunProgress("simulate", p.jobs_done, p.jobs, float(weight[done].sum() / weight.sum()) if weight.size else 1.0,
+                         p.now_s, p.events, p.rate_updates))
+
+    res = simulate(fabric, policy, jobs, options=sim, link_events=link_events, connections=table, routes=paths,
+                   progress=simulated if progress is not None else None)
     if res.stalled:
         job = int(np.searchsorted(np.asarray(res.job_offsets), res.stalled[0], side="right")) - 1
         call = plan.calls[job]
@@ -164,7 +194,8 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                    "emulation replay forwards cut-through)"), feedback=(
                    f"every {sim.poll_s * 1e3:g} ms (exact link and slot rates to the policy; {res.polls} polls, "
                    f"{res.congestion_moves} slots moved)" if sim.poll_s > 0 else "off")),
-               f"simulator cost: {res.rate_updates} rate computations, {res.route_changes} link events"),
+               f"simulator cost: {res.rate_updates} rate computations, {res.route_changes} link events",
+               *_a2a_notes(a2a, res)),
         ports=plan.options.ports,
     )
     faults = tuple({"kind": "link", "target": f"{e.switch}:{e.port}", "up": e.up, "at_emu_s": e.time_s}
@@ -174,6 +205,22 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                     "at_emu_s": e.time_s} for e in policy.events() for m in e.moves)
     return RunResult(meta, tuple(colls), tuple(steps), interval, tuple(links), _fidelity(links, interval), faults,
                      events, extra={"ecmp": ecmp})
+
+
+def _a2a_notes(models: set[tuple[str, int]], res: FlowSimResult) -> tuple[str, ...]:
+    """What the run's all-to-alls were simulated by (`A2A_MODELS`)."""
+    out = []
+    for model, n in sorted(models, key=lambda m: m[1]):
+        if model == "exact":
+            out.append(f"all-to-all over {n} ranks: the exact DAG")
+        elif model == "lockstep":
+            out.append(f"all-to-all over {n} ranks: rounds in lockstep (each waits for the whole round before)")
+        else:
+            k = sample_phases(n, "sampled")[1]
+            out.append(f"all-to-all over {n} ranks: rounds in lockstep, sampled: the first round of each block of "
+                       f"{k} simulated, the block's others run as it ran, their bytes on their own paths "
+                       f"({res.phases_sampled} rounds in this run; error measured in benchmarks/RESULTS.md)")
+    return tuple(out)
 
 
 def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptions) -> ConnectionTable:
