@@ -117,10 +117,10 @@ def _tree_rss_kb(pid: int) -> int:
     return total
 
 
-def run_measured(cmd: list[str], env: dict[str, str], timeout_s: float) -> dict[str, Any]:
-    """Run `cmd`: wall time, peak resident memory of its process tree, exit code, stdout, stderr lines."""
+def run_measured(cmd: list[str], env: dict[str, str], timeout_s: float, cwd: Path) -> dict[str, Any]:
+    """Run `cmd` in `cwd`: wall time, peak resident memory of its process tree, exit code, stdout, stderr lines."""
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     peak = 0
     done = threading.Event()
 
@@ -162,7 +162,7 @@ def bench_compare(shape: str, sizes: list[int], jobs: int, timeout_s: float, sou
     base, env = fabriclab_cmd(source)
     cmd = [*base, "compare", str(trace), "--sizes", *map(str, sizes), "--jobs", str(jobs), "--no-cache",
            "--out", str(work / f"out-{shape}")]
-    r = run_measured(cmd, env, timeout_s)
+    r = run_measured(cmd, env, timeout_s, work)  # (not in a checkout: `python -c` puts the cwd first on the path)
     rows: list[dict[str, Any]] = []
     result = work / f"out-{shape}" / "compare.json"
     if result.is_file():

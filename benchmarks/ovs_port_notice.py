@@ -5,7 +5,7 @@
 
 The failover benchmark (`benchmarks/failover.py`) finds the fabric's outage set by when OVS notices a
 port down: ~17-20 ms after it went down on the 24 switches of dual-plane-16, against 3-9 ms measured
-with one bridge (`../shared/PLATFORM.md`). This isolates that: for each count N, N userspace
+with one bridge (measured on the development machine). This isolates that: for each count N, N userspace
 (`netdev`) bridges `fpn0..` are made, each with `--pairs` veth pairs whose two ends are both its
 ports (the port count of a fabric's switch, no traffic), and `ovs-ofctl monitor` watches bridge 0
 for port-status messages. Each trial takes one end of bridge 0's first pair down with an ioctl

@@ -8,7 +8,7 @@ reader (`fabric.topofile`) enforce, so that a hostile or mistyped input is refus
   a /16 (198.18.0.0/16, 198.19.0.0/16), so at most 2**16 - 2 hosts; a smaller declared subnet holds
   fewer (checked per plane in the model).
 - Switch and link counts: stated maxima that admit the 16,384-host fabrics the flow-level simulator
-  targets (DESIGN.md: 128 to 16k GPUs) with room to spare, and keep a fabric at the maxima cheap to
+  targets (128 to 16k GPUs, docs/architecture.md) with room to spare, and keep a fabric at the maxima cheap to
   build and validate (seconds, a few hundred MB). Note that path tables, which `topo show` and the
   routing build, cost much more than the model at these sizes; these maxima bound the model only.
 - Rates: a band that the emulator and the simulator can both compute with (see the constants).

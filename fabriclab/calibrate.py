@@ -67,7 +67,7 @@ MICRO_TRANSFER_EMU_S = (0.05, 0.15, 0.45)
 #: The dilation the microbenchmarks run at (any fixed value: the sizes are chosen in emulated time).
 MICRO_DILATION = 100_000.0
 #: Each microbenchmark runs this many times; the fit takes the fastest, because the userspace datapath
-#: stalls for tens of milliseconds with no fault (PLATFORM.md), which only ever adds time.
+#: stalls for tens of milliseconds with no fault (docs/emulation.md), which only ever adds time.
 MICRO_REPEAT = 2
 #: A delay added in the simulator to measure a collective's sensitivity to it (features S and H), seconds:
 #: small against a step (the microbenchmarks' shortest transfer is ~0.5 us real), because cut-through

@@ -18,7 +18,7 @@ waits for all of the step before, so flows that hashed ECMP slows do not drift a
 A ring runs at its slowest hop's pace either way (measured: the same job times on the 16-host
 fabrics with collisions, tests/test_flowsim.py); the exact DAG at 1024 GPUs and above can take hours.
 
-Per row (definitions in DESIGN.md; times real):
+Per row (definitions in docs/architecture.md; times real):
 - step time mean and p99 over the steps (composed from the trace's compute with the simulated
   collectives); utilisation = compute / step and communication share = exposed communication / step,
   both averaged over the steps; busbw = sum(bytes x 8 x nccl-tests factor) / sum(durations) over
@@ -125,7 +125,7 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
 
     def tell(p: RunProgress) -> None:
         if _PROGRESS_QUEUE is not None:
-            _PROGRESS_QUEUE.put((task["index"], dataclasses.asdict(p), time.monotonic() - t0))
+            _PROGRESS_QUEUE.put((task["index"], dataclasses.asdict(p)))
 
     tell(RunProgress("load"))
     fab = topofile.scaled(task["topology"], task["gpus"])
@@ -203,8 +203,9 @@ def _key(task: dict[str, Any], trace: str, code: str) -> str:
 @dataclass(frozen=True)
 class RowProgress:
     """A row being computed: which, its stage (`traffic.replay.simulate.RunProgress`), the calls done,
-    the share of its bytes done, its simulated time so far, events, wall time, and the time to go
-    estimated from the share of bytes done (None until some are)."""
+    the share of its bytes done, its simulated time so far and the calls' recorded time, events, the wall
+    time of its simulation stage, and the time to go estimated from the share of bytes done (None until
+    some are)."""
 
     label: str
     stage: str
@@ -212,6 +213,7 @@ class RowProgress:
     calls: int
     bytes_share: float
     sim_s: float
+    recorded_s: float
     events: int
     wall_s: float
 
@@ -229,8 +231,9 @@ class RowProgress:
         if self.stage != "simulate":
             return f"{self.label}: {self.stage}"
         eta = self.eta_s
+        recorded = f" (recorded: {self.recorded_s * 1e3:.4g} ms of collectives)" if self.recorded_s > 0 else ""
         return (f"{self.label}: {self.calls_done}/{self.calls} calls, {self.bytes_share:.0%} of bytes, simulated "
-                f"{self.sim_s * 1e3:.4g} ms, {self.events_per_s:,.0f} events/s"
+                f"{self.sim_s * 1e3:.4g} ms{recorded}, {self.events_per_s:,.0f} events/s"
                 + (f", ~{eta:.0f} s to go" if eta is not None else ""))
 
 
@@ -345,10 +348,11 @@ def _sweep(tasks: list[dict[str, Any]], todo: list[int], workers: int, running: 
         labels = {i: _label(tasks[i]) for i in todo}
         while pending:
             try:
-                i, doc, wall_s = queue.get(timeout=PROGRESS_POLL_S)
+                i, doc = queue.get(timeout=PROGRESS_POLL_S)
                 if i in pending:
                     running[i] = RowProgress(labels[i], doc["stage"], doc["calls_done"], doc["calls"],
-                                             doc["bytes_share"], doc["sim_s"], doc["events"], wall_s)
+                                             doc["bytes_share"], doc["sim_s"], doc["recorded_s"], doc["events"],
+                                             doc["wall_s"])
                     report()
             except queue_module.Empty:
                 pass

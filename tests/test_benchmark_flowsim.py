@@ -1,5 +1,5 @@
 """`benchmarks/flowsim.py` runs and reports what it simulated (small sizes; the figures at 1024 and
-16,384 GPUs are in the README, from the same script)."""
+16,384 GPUs are in benchmarks/RESULTS.md, from the same script)."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""The layout's import rules (DESIGN.md): every arrow points down.
+"""The layout's import rules (docs/architecture.md): every arrow points down.
 
     fabriclab (session + CLI) -> controller, traffic -> fabric
 

@@ -38,7 +38,7 @@ from fabric.model import Fabric, intf_name
 
 
 #: Receive and send buffers of each userspace-datapath port socket: ~1 s of a 4 kpps probe, ~1800
-#: full-size frames, so that ovs-vswitchd stalling for tens of ms (PLATFORM.md) delays packets but loses
+#: full-size frames, so that ovs-vswitchd stalling for tens of ms (docs/emulation.md) delays packets but loses
 #: none, and a port can queue up to its qdisc's limit (see `system.raised_socket_buffers`).
 SWITCH_PORT_SOCKET_BYTES = 4 << 20
 

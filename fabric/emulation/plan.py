@@ -24,7 +24,7 @@ MIN_LINK_MBPS = 0.1
 MAX_SWITCHES = 1 << 24
 MAX_PORT = (1 << 16) - 1
 
-#: Offloads off: the userspace datapath drops TSO/GSO super-frames (PLATFORM.md).
+#: Offloads off: the userspace datapath drops TSO/GSO super-frames (docs/emulation.md).
 OFFLOADS_OFF = ("tx", "off", "rx", "off", "tso", "off", "gso", "off", "gro", "off")
 
 

@@ -10,7 +10,7 @@ time, and not a pipelined chain: all but ResNet's two broadcasts, latency-bound 
 each trace's total must agree within 15% (AGREEMENT), on both fabrics; a collective repeated is
 compared at its fastest emulated occurrence, in the total too, as the calibration fits its
 microbenchmarks to their fastest run: the userspace datapath's stalls and a CPU shared with another
-process only ever add emulated time (PLATFORM.md; with a busy core DLRM's first two all-to-alls on
+process only ever add emulated time (docs/emulation.md; with a busy core DLRM's first two all-to-alls on
 dual-plane-16 were once 20% slower than the last two, and their median 16.4% off the simulator). Each fabric runs with what it
 is built for: the dual-plane's adaptive routing with planned source ports, the pyramid's ECMP with
 hashed ones.
@@ -91,7 +91,7 @@ def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tm
                 s = statistics.median(r.simulated_us for r in occ)
                 worst.append((abs(s - e) / e - bound, abs(s - e) / e, name, fab.name, kind, size))
             # the total: each collective (kind and size) at its fastest occurrence times its count, so
-            # one occurrence stretched by a stall of the userspace datapath (tens of ms, PLATFORM.md;
+            # one occurrence stretched by a stall of the userspace datapath (tens of ms, docs/emulation.md;
             # a DLRM all-to-all is ~50 ms emulated: seen once at 0.80 us against 0.53-0.59) weighs
             # no more in the total than in the collective's own comparison
             e = sum(min(r.emulated_us for r in occ) * len(occ) for occ in groups.values())

@@ -141,7 +141,7 @@ def test_a_lossy_link_is_found_by_its_probes_avoided_and_brought_back_once_heale
     # comes back after three clean readings. Loss while it is gray is bounded by what the link itself
     # drops over the detection time. (A link degraded in rate is not tested here: its tail-drop queue
     # lets the sparse probes through while it drops the bulk traffic, so the probes do not find it;
-    # README, "Gray failures".)
+    # docs/controller.md, "Gray failures".)
     rate, period_s = 4000, 1.0
     ends = {("spineA0", 4), ("leafA3", 1)}
     run = probe("h0", "h15", plane="A", sport=49152, rate_pps=rate, seconds=14)

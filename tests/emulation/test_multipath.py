@@ -106,7 +106,7 @@ def test_paced_probe_survives_a_spine_link_failure_and_recovery(lab, probe, faul
         lab, cause="recovery", switch="leafA0", dest="leafA3"), 10)
     report = run.result()
     assert report.expected == rate * 7 and report.duplicates == 0 and report.send_errors == ()
-    # PLATFORM.md: OVS notices a port down in 3-9 ms and the controller reacts in ~0.1 ms; outages
+    # measured on this machine (docs/emulation.md): OVS notices a port down in 3-9 ms and the controller reacts in ~0.1 ms; outages
     # measured 20-60 ms. Without a reaction the whole 1.5 s (6000 packets) would be lost. Each
     # event's window starts one in-flight time before it: packets queued on the link when it goes
     # down are lost with it.

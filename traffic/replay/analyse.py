@@ -3,7 +3,7 @@ collective, composed step timelines, per-link utilisation over time, and the fid
 
 - A collective's real duration is its emulated duration divided by the dilation; algbw = real bytes x
   8 / real seconds, busbw = algbw x the nccl-tests factor (`traffic.metrics`).
-- Steps are composed, not slept (DESIGN.md): each rank's recorded step is rebuilt by
+- Steps are composed, not slept (docs/architecture.md): each rank's recorded step is rebuilt by
   `traffic.metrics.compose_step` with the measured durations of its collectives; step, compute,
   exposed communication and idle time are measured on that timeline. A data-parallel trace mapped onto
   N ranks has N identical ranks: one timeline stands for all (rank -1). A multi-rank trace gets one row

@@ -9,7 +9,7 @@
   all calls of earlier steps.
 - **Templates**: each distinct (kind, size, ranks) becomes one transfer DAG (`traffic.collectives`)
   with emulated sizes, placed on hosts; transfers between ranks on the same host are local.
-- **Scaling** (time dilation, DESIGN.md): links run at `rate_gbps x mbps_per_gbps` Mbit/s; bytes are
+- **Scaling** (time dilation, docs/architecture.md): links run at `rate_gbps x mbps_per_gbps` Mbit/s; bytes are
   scaled by `bytes_scale = dilation x mbps_per_gbps / 1000`, so an emulated duration divided by the
   dilation is the real one. The default dilation makes the typical transfer (of the bytes-weighted
   median collective) take ~`TARGET_TRANSFER_EMU_S` on its sender's NIC (`choose_dilation`): long against

@@ -97,17 +97,21 @@ def plan_for_simulation(workload: Workload, fabric: Fabric, options: ReplayOptio
 
 @dataclass(frozen=True)
 class RunProgress:
-    """How far `simulate_replay` is: its stage ("plan", "connections", "simulate", "done"), the calls
-    completed, the share of the run's bytes they carry (what the time to go follows best: a call's cost
-    grows with its transfers), the simulated time so far, events and rate computations."""
+    """How far `simulate_replay` is: its stage ("plan", "connections", "simulate"), the calls completed,
+    the share of the run's bytes they carry (what the time to go follows best: a call's cost grows with its
+    transfers), the simulated time so far against the recorded durations of the calls (their sum, where
+    the trace has timings; 0 where not), events and rate computations, and the wall time the simulation
+    stage has taken so far."""
 
     stage: str
     calls_done: int = 0
     calls: int = 0
     bytes_share: float = 0.0
     sim_s: float = 0.0
+    recorded_s: float = 0.0
     events: int = 0
     rate_updates: int = 0
+    wall_s: float = 0.0
 
 
 def sample_phases(n_ranks: int, model: str) -> tuple[bool | None, int]:
@@ -159,11 +163,14 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
             a2a.add(("sampled" if every > 1 else "lockstep" if lock else "exact", len(tpl.ranks)))
         jobs.append(Job(tpl.dag, plan.placement, after=call.deps, lane=tpl.lane, lockstep=lock, sample_phases=every))
     weight = np.asarray([max(plan.templates[c.template].size_bytes, 1) for c in plan.calls], dtype=np.float64)
+    recorded_s = sum(c.collective.duration_us or 0.0 for c in plan.calls) / 1e6
+
+    started = time.monotonic()
 
     def simulated(p: SimProgress) -> None:
         done = ~np.isnan(p.job_end_s)
         tell(RunProgress("simulate", p.jobs_done, p.jobs, float(weight[done].sum() / weight.sum()) if weight.size else 1.0,
-                         p.now_s, p.events, p.rate_updates))
+                         p.now_s, recorded_s, p.events, p.rate_updates, time.monotonic() - started))
 
     res = simulate(fabric, policy, jobs, options=sim, link_events=link_events, connections=table, routes=paths,
                    progress=simulated if progress is not None else None)
