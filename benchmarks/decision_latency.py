@@ -40,7 +40,8 @@ import networkx as nx
 import numpy as np
 
 from controller import ofmsg
-from controller.core import ControllerCore, tune_gc
+from controller.__main__ import tune_gc
+from controller.core import ControllerCore
 from fabric import builders, topofile
 from fabric.model import Fabric
 

@@ -40,13 +40,13 @@ once (`urgent_flow_dpids`), and their reply is decided on at once (`on_slot_rate
 """
 from __future__ import annotations
 
-import gc
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from controller.gray import PROBE_ETH_TYPE, GrayChange, GrayConfig, GrayWatch
+from fabric.analysis import cover_switches
 from fabric.errors import RoutingError
 from fabric.model import Fabric
 from fabric.routing import PathTable, RouterConfig, RoutingPolicy, SlotMove, load_policy
@@ -139,14 +139,6 @@ class Changes:
                 + len(self.flows_modify) + len(self.flows_delete))
 
 
-def tune_gc() -> None:
-    """Keep Python's cycle collector out of the decision path: the model, path tables and cached
-    intents live as long as the process, so freeze what exists and collect the old generation
-    rarely (full collections over them cost tens of ms at 1024 hosts, measured as p99 spikes)."""
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 1000)
-
-
 class CounterRates:
     """Rates (per second) from monotonically increasing counters, per key, each over a window of at
     least `min_window_s` (OVS refreshes flow counters of its userspace datapath only every few
@@ -170,24 +162,6 @@ class CounterRates:
         if len(hist) < 2 or now - old_t < self.min_window_s or now <= old_t:
             return None
         return (value - old_value) / (now - old_t)
-
-
-def cover_switches(fabric: Fabric) -> list[str]:
-    """Switches whose ports see every link: every switch with hosts, then (greedily) the switch with
-    the most links not yet seen, until every switch-to-switch link has an end in the set."""
-    chosen = {p.switch for p in fabric.nic_ports}
-    unseen = {frozenset((l.a.node, l.b.node)) for l in fabric.links
-              if l.a.node in fabric.switch_by_name and l.b.node in fabric.switch_by_name}
-    unseen = {e for e in unseen if not e & chosen}
-    while unseen:
-        count: dict[str, int] = {}
-        for e in unseen:
-            for n in e:
-                count[n] = count.get(n, 0) + 1
-        best = max(sorted(count), key=lambda n: count[n])
-        chosen.add(best)
-        unseen = {e for e in unseen if best not in e}
-    return sorted(chosen)
 
 
 class _Newcomer(NamedTuple):

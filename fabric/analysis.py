@@ -5,7 +5,8 @@
   index order, which for the shipped builders separates whole leaves/pods;
 - oversubscription per tier: max over switches of (capacity towards hosts / capacity away from
   hosts); a switch-switch link within one tier (a leaf mesh) counts as away from hosts;
-- hops and equal-cost paths between host pairs: min and max over all pairs (`fabric.routing`).
+- hops and equal-cost paths between host pairs: min and max over all pairs (`fabric.routing`);
+- `cover_switches`: the switches whose ports see every link (where the controller polls port counters).
 """
 from __future__ import annotations
 
@@ -100,3 +101,21 @@ def summarize(fab: Fabric, table: PathTable | None = None) -> TopoSummary:
         ecmp_paths_min=lo.paths,
         ecmp_paths_max=hi.paths,
     )
+
+
+def cover_switches(fabric: Fabric) -> list[str]:
+    """Switches whose ports see every link: every switch with hosts, then (greedily) the switch with
+    the most links not yet seen, until every switch-to-switch link has an end in the set."""
+    chosen = {p.switch for p in fabric.nic_ports}
+    unseen = {frozenset((l.a.node, l.b.node)) for l in fabric.links
+              if l.a.node in fabric.switch_by_name and l.b.node in fabric.switch_by_name}
+    unseen = {e for e in unseen if not e & chosen}
+    while unseen:
+        count: dict[str, int] = {}
+        for e in unseen:
+            for n in e:
+                count[n] = count.get(n, 0) + 1
+        best = max(sorted(count), key=lambda n: count[n])
+        chosen.add(best)
+        unseen = {e for e in unseen if best not in e}
+    return sorted(chosen)

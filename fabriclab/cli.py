@@ -43,6 +43,7 @@ from fabric.emulation import EmulationOptions
 from fabric.errors import FabriclabError
 from fabric.routing import MODES
 from fabriclab.progress import ProgressView
+from traffic.formatting import format_bytes, format_us
 
 ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as package.module:ClassName "
                 "(a fabric.routing.RoutingPolicy subclass, importable here)")
@@ -178,18 +179,6 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{n:.0f} B"
-        n /= 1000
-    return f"{n:.1f} GB"
-
-
-def _fmt_us(us: float | None) -> str:
-    return "-" if us is None else f"{us / 1000:.2f} ms"
-
-
 def cmd_trace_show(args: argparse.Namespace) -> int:
     from traffic.traces import load, summarize as summarize_trace
 
@@ -204,9 +193,9 @@ def cmd_trace_show(args: argparse.Namespace) -> int:
     print(f"{'rank':>5} {'step':>6} {'duration':>11} {'compute':>11} {'exposed comm':>13} {'share':>7}  collectives")
     for st in summary.step_summaries:
         share = "-" if st.exposed_comm_share is None else f"{st.exposed_comm_share:.1%}"
-        kinds = ", ".join(f"{k.count} {k.kind} {_fmt_bytes(k.size_bytes)}" for k in st.kinds)
-        print(f"{st.rank:>5} {st.number:>6} {_fmt_us(st.duration_us):>11} {_fmt_us(st.compute_us):>11} "
-              f"{_fmt_us(st.exposed_comm_us):>13} {share:>7}  {kinds}")
+        kinds = ", ".join(f"{k.count} {k.kind} {format_bytes(k.size_bytes)}" for k in st.kinds)
+        print(f"{st.rank:>5} {st.number:>6} {format_us(st.duration_us):>11} {format_us(st.compute_us):>11} "
+              f"{format_us(st.exposed_comm_us):>13} {share:>7}  {kinds}")
     for note in summary.notes:
         print(f"note         {note}")
     return 0
@@ -286,16 +275,14 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     """`replay` (emulation) and `sim` (flowsim): one trace over one or two (topology, routing) pairs,
     a report per run and, for two, the comparison."""
     from traffic import report
-    from traffic.replay import ReplayOptions
-    from traffic.traces import load
+    from traffic.replay import ReplayOptions, default_ports
+    from traffic.traces import default_ranks, load
 
     trace, label = _trace(args)
     workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
     pairs = _replay_pairs(args)
     fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
-    ranks = args.ranks
-    if ranks is None and not args.trace:
-        ranks = 16  # the built-in 4-rank recording, mapped onto every host of the 16-host fabrics
+    ranks = default_ranks(args.ranks, args.trace)
     common = {"ranks": ranks, "placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
               "repeat": args.repeat, "compute_gap_us": args.compute_gap_us or 0.0, "step_ops": args.step_ops}
     if backend == "emulation":
@@ -314,7 +301,7 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
     verb = "replaying" if backend == "emulation" else "simulating"
     for fab, routing in fabrics:
-        ports = args.ports if args.ports != "auto" else ("planned" if routing == "adaptive" else "hashed")
+        ports = args.ports if args.ports != "auto" else default_ports(routing)
         run_opts = dataclasses.replace(opts, ports=ports, seed=args.seed)
         sub = out / f"{fab.name}-{routing.replace(':', '_').replace('/', '_')}" if len(fabrics) > 1 else out
         log(f"[fabriclab] {verb} {label} on {fab.name} ({routing})")
@@ -458,8 +445,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 def cmd_crosscheck(args: argparse.Namespace) -> int:
     from fabriclab import calibrate as cal_mod
-    from traffic.replay import ReplayOptions
-    from traffic.traces import load
+    from traffic.replay import ReplayOptions, default_ports
+    from traffic.traces import default_ranks, load
 
     cal = cal_mod.Calibration.read(args.calibration)
     trace, label = _trace(args)
@@ -471,10 +458,10 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
                                                              for r in workload.ranks))
     pairs = _replay_pairs(args)
     fabrics = [(topofile.load(t), r) for t, r in pairs]
-    ranks = args.ranks if args.ranks is not None or args.trace else 16
+    ranks = default_ranks(args.ranks, args.trace)
     out: list[dict[str, Any]] = []
     for fab, routing in fabrics:
-        ports = args.ports if args.ports != "auto" else ("planned" if routing == "adaptive" else "hashed")
+        ports = args.ports if args.ports != "auto" else default_ports(routing)
         opts = ReplayOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
                              ports=ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0,
                              step_ops=args.step_ops)

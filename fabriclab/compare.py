@@ -273,7 +273,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     if not series:
         raise CompareError("no series to compare")
     from fabric.routing import load_policy
-    from traffic.replay import ReplayOptions
+    from traffic.replay import ReplayOptions, default_ports
 
     base_opts = dict(options or {})
     unknown = set(base_opts) - {f.name for f in dataclasses.fields(ReplayOptions)}
@@ -287,7 +287,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
         load_policy(s.routing)  # a bad routing fails before anything runs
         for n in sizes:
             topofile.scaled(s.topology, n)  # so does a size the template cannot be built at
-            opts = {"ports": "planned" if s.routing == "adaptive" else "hashed", **base_opts, "ranks": n}
+            opts = {"ports": default_ports(s.routing), **base_opts, "ranks": n}
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
@@ -439,12 +439,14 @@ COLUMNS = (("fabric", "fabric"), ("routing", "routing"), ("gpus", "GPUs"), ("alg
 
 
 def _cell(key: str, v: Any) -> str:
+    from traffic.formatting import format_bps, format_share, format_us
+
     if key in ("utilisation", "comm_share", "hot_link_share"):
-        return f"{v:.1%}"
+        return format_share(v)
     if key.endswith("_us"):
-        return f"{v / 1e3:.3g} ms" if v < 1e6 else f"{v / 1e6:.3g} s"
+        return format_us(v)
     if key == "busbw_bps":
-        return f"{v / 1e9:.3g} Gbit/s"
+        return format_bps(v)
     if key in ("efficiency", "load_max_over_mean"):
         return f"{v:.3f}"
     if key == "cached":

@@ -133,7 +133,7 @@ def test_a_move_triggered_by_one_switch_is_addressed_to_the_switch_it_changes():
 
 
 def test_the_polled_switches_see_every_link_and_give_the_unpolled_ends_rates():
-    from controller.core import cover_switches
+    from fabric.analysis import cover_switches
 
     fab = topofile.load("pyramid-16")
     cover = set(cover_switches(fab))

@@ -44,6 +44,7 @@ from fabric.errors import UnsupportedError
 from traffic.metrics import (MetricError, Percentiles, StepTimes, algbw_bps, busbw_factor, check_step_identity,
                              percentiles)
 from traffic.results import CollectiveResult, Fidelity, LinkSeries, RunMeta, RunResult, StepResult
+from traffic.formatting import NA, TIME_UNITS, format_bps, format_bytes, format_ratio, format_share, format_us
 from traffic.workload import KINDS, merge_intervals
 
 if TYPE_CHECKING:
@@ -390,50 +391,11 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
 
 # --- numbers with units -------------------------------------------------------------------------------
 
-_TIME_UNITS = ((1e6, "s"), (1e3, "ms"), (1.0, "µs"))
-_RATE_UNITS = ((1e12, "Tbit/s"), (1e9, "Gbit/s"), (1e6, "Mbit/s"), (1e3, "kbit/s"), (1.0, "bit/s"))
-_SIZE_UNITS = ((float(2**40), "TiB"), (float(2**30), "GiB"), (float(2**20), "MiB"), (float(2**10), "KiB"))
-_NA = "n/a"
-
-
-def _digits(v: float) -> str:
-    """Three or four significant digits, no exponent."""
-    a = abs(v)
-    return f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}"
-
-
-def _scaled(v: float, units: Sequence[tuple[float, str]]) -> str:
-    factor, unit = next(((f, u) for f, u in units if abs(v) >= f), units[-1])
-    return f"{_digits(v / factor)} {unit}"
-
-
-def _fmt_us(v: float | None) -> str:
-    return _NA if v is None else _scaled(v, _TIME_UNITS)
-
-
-def _fmt_bps(v: float | None) -> str:
-    return _NA if v is None else _scaled(v, _RATE_UNITS)
-
-
-def _fmt_bytes(v: float | None) -> str:
-    if v is None:
-        return _NA
-    return f"{v:.0f} B" if abs(v) < 1024 else _scaled(v, _SIZE_UNITS)
-
-
-def _fmt_share(v: float | None) -> str:
-    return _NA if v is None else f"{100 * v:.1f} %"
-
-
-def _fmt_ratio(v: float | None) -> str:
-    return _NA if v is None else f"{v:.3f}x"
-
-
 def _fmt_unit(unit: str, v: float | None) -> str:
     """A comparison value in its unit."""
     if unit == "count":
-        return _NA if v is None else f"{v:.0f}"
-    return {"us": _fmt_us, "bps": _fmt_bps, "share": _fmt_share}[unit](v)
+        return NA if v is None else f"{v:.0f}"
+    return {"us": format_us, "bps": format_bps, "share": format_share}[unit](v)
 
 
 def _fmt_keyed(key: str, v: Any, dilation: float) -> str:
@@ -441,9 +403,9 @@ def _fmt_keyed(key: str, v: Any, dilation: float) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return str(v)
     if key.endswith("_emu_s"):
-        real = f" = {_fmt_us(v / dilation * 1e6)} real" if dilation > 0 else ""
+        real = f" = {format_us(v / dilation * 1e6)} real" if dilation > 0 else ""
         return f"{v:.3f} s emulated{real}"
-    for suffix, fmt in (("_us", _fmt_us), ("_bps", _fmt_bps), ("_bytes", _fmt_bytes)):
+    for suffix, fmt in (("_us", format_us), ("_bps", format_bps), ("_bytes", format_bytes)):
         if key.endswith(suffix):
             return fmt(v)
     return f"{v:.3f} s" if key.endswith("_s") else f"{v:g}"
@@ -464,26 +426,26 @@ def format_summary(s: RunSummary) -> str:
              f"time         dilation {s.dilation:g} (emulated/real), link scale {s.mbps_per_gbps:g} Mbit/s per "
              f"Gbit/s, compute {s.compute}",
              f"fidelity     {'CPU-BOUND' if s.cpu_bound else 'not CPU-bound'} "
-             f"(CPU idle {_fmt_share(s.cpu_idle_share)})" if s.backend != "flowsim" else
+             f"(CPU idle {format_share(s.cpu_idle_share)})" if s.backend != "flowsim" else
              "fidelity     simulated: a fluid model, no datapath (the run's notes state what is modelled)"]
     p = s.step_time_us
     if p is None:
         lines.append("steps        none recorded")
     else:
-        lines.append(f"steps        n={p.n}  mean {_fmt_us(p.mean)}  p50 {_fmt_us(p.p50)}  p99 {_fmt_us(p.p99)}  "
-                     f"p999 {_fmt_us(p.p999)}  max {_fmt_us(p.max)}")
-        lines.append(f"             utilisation {_fmt_share(s.utilisation_mean)} mean, "
-                     f"{_fmt_share(s.utilisation_pooled)} pooled; communication share "
-                     f"{_fmt_share(s.comm_share_mean)} mean, {_fmt_share(s.comm_share_pooled)} pooled")
+        lines.append(f"steps        n={p.n}  mean {format_us(p.mean)}  p50 {format_us(p.p50)}  p99 {format_us(p.p99)}  "
+                     f"p999 {format_us(p.p999)}  max {format_us(p.max)}")
+        lines.append(f"             utilisation {format_share(s.utilisation_mean)} mean, "
+                     f"{format_share(s.utilisation_pooled)} pooled; communication share "
+                     f"{format_share(s.comm_share_mean)} mean, {format_share(s.comm_share_pooled)} pooled")
     if s.kinds:
         table = [["kind", "count", "bytes", "p50", "p99", "p999", "algbw", "busbw", "busbw largest class"]]
-        table += [[k.kind, str(k.count), _fmt_bytes(k.total_bytes), _fmt_us(k.latency_us.p50),
-                   _fmt_us(k.latency_us.p99), _fmt_us(k.latency_us.p999), _fmt_bps(k.mean_algbw_bps),
-                   _fmt_bps(k.mean_busbw_bps), _largest_class_text(k)] for k in s.kinds]
+        table += [[k.kind, str(k.count), format_bytes(k.total_bytes), format_us(k.latency_us.p50),
+                   format_us(k.latency_us.p99), format_us(k.latency_us.p999), format_bps(k.mean_algbw_bps),
+                   format_bps(k.mean_busbw_bps), _largest_class_text(k)] for k in s.kinds]
         lines += ["", *_align(table), ""]
     for link in s.hottest_by_tier:
         label = f"hottest {link.tier}"
-        lines.append(f"{label:<12} {_link_note(link)}: {_fmt_share(link.active_util)} while collectives ran")
+        lines.append(f"{label:<12} {_link_note(link)}: {format_share(link.active_util)} while collectives ran")
     if s.hottest_link is None:
         lines.append("hottest      no link sample overlapped a collective")
     if s.faults or s.controller_events:
@@ -495,17 +457,17 @@ def format_summary(s: RunSummary) -> str:
 
 def _largest_class_text(k: KindSummary) -> str:
     if k.largest_class_bytes is None:
-        return _NA
-    return (f"{_fmt_bps(k.largest_class_busbw_bps)} ({k.largest_class_count} x "
-            f">= {_fmt_bytes(k.largest_class_bytes)})")
+        return NA
+    return (f"{format_bps(k.largest_class_busbw_bps)} ({k.largest_class_count} x "
+            f">= {format_bytes(k.largest_class_bytes)})")
 
 
 def format_comparison(c: Comparison) -> str:
     """The comparison as aligned plain text: one row per metric, a, b and b / a."""
     head = [f"a  {c.a.label}: {c.a.workload}, {c.a.ranks} ranks, {c.a.backend}, dilation {c.a.dilation:g}",
             f"b  {c.b.label}: {c.b.workload}, {c.b.ranks} ranks, {c.b.backend}, dilation {c.b.dilation:g}", ""]
-    table = [[r.metric, _fmt_unit(r.unit, r.a), _fmt_unit(r.unit, r.b), _fmt_ratio(r.ratio)] for r in c.rows]
-    notes = [f"{r.metric}: a {r.a_note or _NA}; b {r.b_note or _NA}" for r in c.rows if r.a_note or r.b_note]
+    table = [[r.metric, _fmt_unit(r.unit, r.a), _fmt_unit(r.unit, r.b), format_ratio(r.ratio)] for r in c.rows]
+    notes = [f"{r.metric}: a {r.a_note or NA}; b {r.b_note or NA}" for r in c.rows if r.a_note or r.b_note]
     return "\n".join(head + _align([["metric", "a", "b", "b/a"], *table]) + [""] + notes
                      + [f"warning  {w}" for w in c.warnings])
 
@@ -607,7 +569,7 @@ def _no_data(ax: Axes, title: str, message: str) -> None:
 
 def _time_unit(max_us: float) -> tuple[float, str]:
     """(divisor, unit) for an axis of real times up to max_us."""
-    return next(((f, u) for f, u in _TIME_UNITS if max_us >= f), _TIME_UNITS[-1])
+    return next(((f, u) for f, u in TIME_UNITS if max_us >= f), TIME_UNITS[-1])
 
 
 def _step_top_us(r: StepResult) -> float:
@@ -817,11 +779,11 @@ def _fidelity_banner(fid: Fidelity, checks: Sequence[str], meta: RunMeta | None 
                            "packets, queues or datapath, so no CPU limit applies. The notes under Run state what "
                            "is modelled and what is not.")
     elif fid.cpu_bound:
-        cls, text = "bad", (f"CPU-bound: the CPU was idle only {_fmt_share(fid.cpu_idle_share)} of the replay, so the "
+        cls, text = "bad", (f"CPU-bound: the CPU was idle only {format_share(fid.cpu_idle_share)} of the replay, so the "
                             "datapath, not the emulated links, may have limited the transfers: bandwidths are lower "
                             "bounds and latency tails may be inflated.")
     else:
-        cls, text = "ok", (f"Not CPU-bound: the CPU was idle {_fmt_share(fid.cpu_idle_share)} of the replay; the "
+        cls, text = "ok", (f"Not CPU-bound: the CPU was idle {format_share(fid.cpu_idle_share)} of the replay; the "
                            "emulated links, not the datapath, bounded the transfers.")
     notes = [("fidelity warning", w) for w in fid.warnings] + [("report check", c) for c in checks]
     if notes:
@@ -836,12 +798,12 @@ def _steps_table(s: RunSummary) -> str:
     if p is None:
         return "<p>No steps recorded.</p>"
     times = _table(["step time (slowest rank)", "n", "mean", "p50", "p99", "p999", "max"],
-                   [["real time", f"{p.n} steps", _fmt_us(p.mean), _fmt_us(p.p50), _fmt_us(p.p99), _fmt_us(p.p999),
-                     _fmt_us(p.max)]])
+                   [["real time", f"{p.n} steps", format_us(p.mean), format_us(p.p50), format_us(p.p99), format_us(p.p999),
+                     format_us(p.max)]])
     shares = _table(["share of step time", "mean of steps", "pooled (sums)"],
-                    [["utilisation (compute)", _fmt_share(s.utilisation_mean), _fmt_share(s.utilisation_pooled)],
-                     ["communication share (exposed)", _fmt_share(s.comm_share_mean), _fmt_share(s.comm_share_pooled)]])
-    residual = _e(_fmt_us(s.identity_max_residual_us))
+                    [["utilisation (compute)", format_share(s.utilisation_mean), format_share(s.utilisation_pooled)],
+                     ["communication share (exposed)", format_share(s.comm_share_mean), format_share(s.comm_share_pooled)]])
+    residual = _e(format_us(s.identity_max_residual_us))
     return f"{times}{shares}<p>Largest |step &minus; (compute + exposed + idle)| over all step rows: {residual}.</p>"
 
 
@@ -850,20 +812,20 @@ def _kinds_table(s: RunSummary) -> str:
         return "<p>No collectives recorded.</p>"
     return _table(["kind", "count", "bytes (real)", "latency p50", "p99", "p999", "samples", "mean algbw", "mean busbw",
                    "busbw, largest size class"],
-                  [[k.kind, str(k.count), _fmt_bytes(k.total_bytes), _fmt_us(k.latency_us.p50),
-                    _fmt_us(k.latency_us.p99), _fmt_us(k.latency_us.p999), str(k.latency_us.n),
-                    _fmt_bps(k.mean_algbw_bps), _fmt_bps(k.mean_busbw_bps), _largest_class_text(k)] for k in s.kinds])
+                  [[k.kind, str(k.count), format_bytes(k.total_bytes), format_us(k.latency_us.p50),
+                    format_us(k.latency_us.p99), format_us(k.latency_us.p999), str(k.latency_us.n),
+                    format_bps(k.mean_algbw_bps), format_bps(k.mean_busbw_bps), _largest_class_text(k)] for k in s.kinds])
 
 
 def _links_table(s: RunSummary, stats: Sequence[LinkStats]) -> str:
     hot = "".join(f"<p>Hottest {_e(h.tier)} link: <b>{_e(h.name)}</b> (plane {_e(h.plane)}), "
-                  f"{_e(_fmt_share(h.active_util))} utilised while collectives ran.</p>" for h in s.hottest_by_tier)
+                  f"{_e(format_share(h.active_util))} utilised while collectives ran.</p>" for h in s.hottest_by_tier)
     if not stats:
         return "<p>No link utilisation recorded.</p>"
     top = sorted(stats, key=lambda x: (-(x.active_util if x.active_util is not None else -1.0), x.name))[:LINKS_SHOWN]
     table = _table(["link", "tier", "plane", "bytes (emulated)", "mean util", "max util", "util while collectives ran"],
-                   [[x.name, x.tier, x.plane, _fmt_bytes(x.bytes), _fmt_share(x.mean_util), _fmt_share(x.max_util),
-                     _fmt_share(x.active_util)] for x in top], left=3)
+                   [[x.name, x.tier, x.plane, format_bytes(x.bytes), format_share(x.mean_util), format_share(x.max_util),
+                     format_share(x.active_util)] for x in top], left=3)
     return f"{hot}{table}<p>The {len(top)} hottest of {len(stats)} links (by utilisation while collectives ran); " \
            "all are in links.csv.</p>"
 
@@ -876,8 +838,8 @@ def _busiest_table(fid: Fidelity) -> str:
         return float(v) if isinstance(v, (int, float)) else None
     return "<h3>Delivered vs bound on the busiest links</h3>" + _table(
         ["link", "delivered (emulated)", "bound (emulated)", "delivered / bound"],
-        [[str(d.get("link", _NA)), _fmt_bps(num(d, "delivered_bps")), _fmt_bps(num(d, "bound_bps")),
-          _fmt_share(num(d, "ratio"))] for d in fid.busiest_links])
+        [[str(d.get("link", NA)), format_bps(num(d, "delivered_bps")), format_bps(num(d, "bound_bps")),
+          format_share(num(d, "ratio"))] for d in fid.busiest_links])
 
 
 def _dicts_table(title: str, items: Sequence[dict[str, Any]], dilation: float) -> str:
@@ -911,7 +873,7 @@ def _with_note(value: str, note: str) -> str:
 
 def _comparison_rows(c: Comparison) -> list[list[str]]:
     return [[r.metric, _with_note(_fmt_unit(r.unit, r.a), r.a_note), _with_note(_fmt_unit(r.unit, r.b), r.b_note),
-             _fmt_ratio(r.ratio)] for r in c.rows]
+             format_ratio(r.ratio)] for r in c.rows]
 
 
 def _time_sentences(a: RunMeta, b: RunMeta) -> str:

@@ -1,13 +1,13 @@
 """Which connections carry a host pair's transfers: NIC ports, planes and source ports.
 
-The same rule as the emulation replay (`traffic.replay.plan`), re-implemented here because
-`fabric` may not import `traffic`: every host pair that exchanges data gets `channels` connections
+The one rule, for the simulator and the emulation replay alike (`traffic.replay.plan` plans its agents'
+connections with `plan_connection_table`): every host pair that exchanges data gets `channels` connections
 per plane both hosts are in (in the sender's NIC order); a transfer is split evenly over its pair's
 connections (`fabric.transfers.split_bytes`). Source ports:
 - `planned`: connection c of hosts (a, b) gets `fabric.routing.entropy.pair_sport` (the one rule
   both use): under default weights the channels of a pair take distinct equal-cost next hops,
   and the pairs of a host spread over all of them;
-- `hashed`: drawn as the replay draws them, from `random.Random(seed)` in Linux's ephemeral range
+- `hashed`: drawn from `random.Random(seed)` in Linux's ephemeral range
   32768..60999, pairs in order of (lane, sender index, receiver index), NICs in order, channels in
   order, drawing again if the (source address, source port, destination address, lane) is taken.
 
@@ -91,7 +91,7 @@ def sorted_unique(values: IntArray) -> IntArray:
     return v[np.concatenate(([True], v[1:] != v[:-1]))]
 
 
-def pair_key(n_hosts: int, sender: IntArray, receiver: IntArray, lane: IntArray | int = 0) -> IntArray:
+def pair_key(n_hosts: int, sender: IntArray | int, receiver: IntArray | int, lane: IntArray | int = 0) -> IntArray:
     """`ConnectionTable`'s key of host pairs (host positions), on lane `lane`."""
     return (np.asarray(lane, dtype=np.int64) * n_hosts + sender) * n_hosts + receiver
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from traffic.replay.analyse import build_result
 from traffic.replay.driver import Driver, RawRun
-from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
+from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, default_ports, plan_replay
 
-__all__ = ["Driver", "RawRun", "ReplayError", "ReplayOptions", "ReplayPlan", "build_result", "plan_replay"]
+__all__ = ["Driver", "RawRun", "ReplayError", "ReplayOptions", "ReplayPlan", "build_result", "default_ports",
+           "plan_replay"]

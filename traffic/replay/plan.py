@@ -21,7 +21,8 @@
   fabric-aware collective library does). With `ports="hashed"`
   they are drawn at random from the ephemeral range (seeded), as the OS would pick them: classic
   ECMP, where two flows may hash onto one link. A transfer is split evenly over its pair's
-  connections (`parts`).
+  connections (`parts`). The rule is the simulator's, planned by the same code
+  (`fabric.flowsim.connections.plan_connection_table`), so both backends get the very same connections.
 - **Cut-through**: the agents forward data as it arrives (`traffic.replay.agent`), like NCCL's slices:
   byte i of a transfer may leave once each transfer it depends on has delivered the same fraction of
   its own bytes (for dependencies received by this host), or been sent (for earlier sends of this host).
@@ -29,15 +30,17 @@
 from __future__ import annotations
 
 import math
-import random
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
+import numpy as np
+
 from fabric.errors import FabriclabError
+from fabric.flowsim.connections import pair_key, plan_connection_table
+from fabric.flowsim.maxmin import FlowSimError
 from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
-from fabric.routing.entropy import pair_sport
 from fabric.transfers import Placement, TransferColumns, TransferDag
 from traffic import collectives
 from traffic.workload import Collective, Workload
@@ -60,6 +63,13 @@ GOODPUT_SHARE = 1448 / 1514 * 0.98
 
 class ReplayError(FabriclabError):
     """A replay cannot be planned or run; the message names the offending item."""
+
+
+def default_ports(routing: str) -> str:
+    """Source ports when the user does not say: planned under adaptive routing (a fabric-aware collective
+    library puts each channel on its own path, as the controller's entropy plan allows), hashed otherwise
+    (as the OS picks them: classic ECMP)."""
+    return "planned" if routing == "adaptive" else "hashed"
 
 
 @dataclass(frozen=True)
@@ -454,30 +464,26 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, p
                 a, b = host_of(t.src), host_of(t.dst)
                 if a != b:
                     pairs.add((a, b, lane))
+        # the one rule (`fabric.flowsim.connections`): the simulator plans the very same connections
+        pos = {h.name: i for i, h in enumerate(fabric.hosts)}
+        n_hosts = len(fabric.hosts)
+        ordered = sorted(pairs, key=lambda p: (p[2], pos[p[0]], pos[p[1]]))
+        try:
+            planned = plan_connection_table(
+                fabric, entropy, np.asarray([pair_key(n_hosts, pos[a], pos[b], lane) for a, b, lane in ordered],
+                                            dtype=np.int64),
+                channels=options.channels, ports=options.ports, seed=options.seed)
+        except FlowSimError as exc:
+            raise ReplayError(str(exc)) from None
         by_pair: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-        index = {h.name: h.index for h in fabric.hosts}
-        rng = random.Random(options.seed)
-        used_ports: set[tuple[str, int, str, int]] = set()
-        for a, b, lane in sorted(pairs, key=lambda p: (p[2], index[p[0]], index[p[1]])):
-            for nic in fabric.nics_of[a]:
-                peer = [n for n in fabric.nics_of[b] if n.plane == nic.plane]
-                if not peer:
-                    continue
-                for ch in range(options.channels):
-                    if options.ports == "planned":
-                        sport = pair_sport(entropy, index[a], index[b], ch, options.channels)
-                    else:
-                        while True:  # Linux's default ephemeral range; no two connections share a 4-tuple
-                            sport = rng.randrange(32768, 61000)
-                            if (str(nic.ip), sport, str(peer[0].ip), options.port + lane) not in used_ports:
-                                break
-                    used_ports.add((str(nic.ip), sport, str(peer[0].ip), options.port + lane))
-                    conn = Connection(len(conns), a, b, nic.plane, ch, str(nic.ip), str(peer[0].ip), sport, lane,
-                                      options.port + lane)
-                    by_pair[(a, b, lane)].append(conn.id)
-                    conns.append(conn)
-            if not by_pair[(a, b, lane)]:
-                raise ReplayError(f"hosts {a} and {b} share no plane")
+        nics = fabric.nic_ports
+        for i, (a, b, lane) in enumerate(ordered):  # (the planned pairs are in this order: by their key)
+            for k in range(int(planned.pair_ptr[i]), int(planned.pair_ptr[i + 1])):
+                src, dst = nics[int(planned.src_nic[k])], nics[int(planned.dst_nic[k])]
+                conn = Connection(len(conns), a, b, src.plane, int(planned.channel[k]), str(src.ip), str(dst.ip),
+                                  int(planned.sport[k]), lane, options.port + lane)
+                by_pair[(a, b, lane)].append(conn.id)
+                conns.append(conn)
 
         for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
             d = dag_of[(kind, size_real, ranks)]

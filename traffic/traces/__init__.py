@@ -7,47 +7,32 @@ a small record the CLI prints. Every failure is a `TraceError` whose message nam
 """
 from __future__ import annotations
 
-import gzip
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from traffic.traces.files import GZIP_MAGIC, open_trace, read_error
 from traffic.workload import TraceError, Workload
+
+__all__ = ["BUILTIN_RANKS", "BUILTIN_TRACE", "FORMATS", "GZIP_MAGIC", "TraceSummary", "default_ranks", "detect_format",
+           "load", "open_trace", "read_error", "summarize"]
 
 #: The built-in recording: a CPU data-parallel job (DDP, gloo, 4 ranks), one gzipped Kineto trace per rank.
 BUILTIN_TRACE = Path(__file__).resolve().parent.parent / "data" / "builtin"
+#: The built-in 4-rank recording is replayed on this many ranks by default: every host of the 16-host fabrics.
+BUILTIN_RANKS = 16
 
-GZIP_MAGIC = b"\x1f\x8b"
+
+def default_ranks(ranks: int | None, trace: str | None) -> int | None:
+    """The ranks a replay maps a trace onto: `ranks` if given; with no trace (the built-in recording)
+    `BUILTIN_RANKS`; else None (the plan's default: every host for a single-rank trace)."""
+    if ranks is not None or trace:
+        return ranks
+    return BUILTIN_RANKS
+
 FORMATS = ("kineto", "nccl-log", "chakra")
 _SNIFF_BYTES = 1 << 16  # how much of a file's (decompressed) start the format detection reads
-
-
-def open_trace(path: Path) -> BinaryIO:
-    """The file's bytes, decompressed when it starts with the gzip magic."""
-    try:
-        f = path.open("rb")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot open ({exc.strerror or exc})") from None
-    if f.read(2) == GZIP_MAGIC:
-        f.close()
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    f.seek(0)
-    return f
-
-
-def read_error(path: Path, exc: BaseException) -> TraceError:
-    """A TraceError for a low-level read failure (truncated gzip, bad JSON, undecodable bytes)."""
-    if isinstance(exc, EOFError):
-        what = "truncated: the compressed stream ends before its end marker"
-    elif isinstance(exc, (gzip.BadGzipFile, zlib.error)):
-        what = f"corrupt gzip data ({exc})"
-    elif isinstance(exc, UnicodeDecodeError):
-        what = f"undecodable bytes at offset {exc.start} ({exc.reason})"
-    else:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        what = f"{type(exc).__name__}: {first}"
-    return TraceError(f"{path}: {what}")
 
 
 def detect_format(path: Path) -> str:

@@ -25,7 +25,8 @@ What is read (`ts`/`dur` are microseconds; GPU kernels have `pid` = device, `tid
      in order, an annotation only with a kernel that started after it. Where their counts differ, a run before
      the stream's first anchor is paired from its end (the window's start cut off the earliest kernels'
      annotations), any other from its start (the window's end cut off the latest annotations' kernels). Runs
-     bounded on both sides are paired first, then those open on one side, then streams without anchors.
+     bounded on both sides are paired first, then those open on one side, then streams without anchors
+     (`traffic.traces.kineto_attach`).
   A kernel left unattached (its launch enclosed by no annotation, no annotation of its kind left for it in order, or
   a name that does not tell its kind) lies outside the recorded collectives, like its annotation: it is counted and
   named in a note, provided the trace has a `nccl:` annotation with `Input Dims`; without one nothing gives its size
@@ -60,7 +61,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import itertools
 import json
 import re
 import zlib
@@ -70,7 +70,8 @@ from typing import Any, Iterator
 
 import ijson
 
-from traffic.traces import open_trace, read_error
+from traffic.traces.files import open_trace, read_error
+from traffic.traces.kineto_attach import Annotation, NcclKernel, attach, by_thread, enclosing
 from traffic.workload import (DTYPE_BYTES, Collective, Interval, RankTrace, Step, TraceError, Workload,
                               canonical_dtype, checked_size, collective_kind, is_receive, merge_intervals)
 
@@ -90,50 +91,14 @@ _COMM_CPU_OPS = ("c10d::", "record_param_comms", "nccl:", "gloo:", _STEP_PREFIX)
 _READ_ERRORS = (ijson.JSONError, EOFError, OSError, zlib.error, UnicodeDecodeError)
 _HEADER_KEYS = frozenset({"distributedInfo"})  # top-level metadata kept from the header
 _MAX_SAMPLES = 1 << 13  # launch (correlation, ts) samples kept in pass 1; thinned by half when full
-_ENCLOSING_LOOKBACK = 16  # annotations checked (latest-starting first) when looking for the one enclosing a launch
 _NAMED_KERNELS = 10  # unattributed NCCL kernels named in the note (the rest are counted)
-
-
-@dataclass
-class _Annotation:
-    """A CPU collective annotation (`nccl:all_reduce`, `gloo:broadcast`, ...)."""
-    name: str
-    kind: str
-    receive: bool
-    thread: tuple[str, str]  # (pid, tid)
-    start_us: float
-    end_us: float
-    input_bytes: int | None  # sum of numel x dtype size over the tensor inputs; None without `Input Dims`
-    dtype: str
-    kernels: list[_NcclKernel] = field(default_factory=list)  # the NCCL kernels attached to it (`_attach`)
-
-
-@dataclass
-class _NcclKernel:
-    name: str
-    correlation: int | None
-    stream: str
-    start_us: float
-    duration_us: float
-    args: dict[str, Any]
-    launch_us: float | None = None  # its launch event's ts, where the trace has it
-    annotation: _Annotation | None = None  # the collective annotation it is attached to
-
-    @property
-    def sized(self) -> bool:
-        """New style: the kernel carries its own collective and size."""
-        return "Collective name" in self.args and ("In msg nelems" in self.args or "Out msg nelems" in self.args)
-
-    @property
-    def short_name(self) -> str:
-        return self.name.split("(", 1)[0]
 
 
 @dataclass
 class _Pass1:
     steps: dict[int, list[float]] = field(default_factory=dict)  # number -> [start_us, end_us]
-    annotations: list[_Annotation] = field(default_factory=list)
-    nccl_kernels: list[_NcclKernel] = field(default_factory=list)
+    annotations: list[Annotation] = field(default_factory=list)
+    nccl_kernels: list[NcclKernel] = field(default_factory=list)
     compute_kernels: int = 0
     first_us: float = float("inf")
     last_us: float = float("-inf")
@@ -309,7 +274,7 @@ def _pass1(path: Path) -> _Pass1:
             if name.startswith(NCCL_KERNEL_PREFIXES):
                 args = _args(ev)
                 corr = args.get("correlation")
-                p.nccl_kernels.append(_NcclKernel(name, corr if isinstance(corr, int) else None,
+                p.nccl_kernels.append(NcclKernel(name, corr if isinstance(corr, int) else None,
                                                   str(ev.get("tid")), start, end - start, args))
             else:
                 p.compute_kernels += 1
@@ -361,7 +326,7 @@ def _add_step(p: _Pass1, name: str, ev: dict[str, Any], path: Path) -> None:
         known[0], known[1] = min(known[0], start), max(known[1], end)
 
 
-def _annotation(name: str, ev: dict[str, Any], path: Path) -> _Annotation:
+def _annotation(name: str, ev: dict[str, Any], path: Path) -> Annotation:
     op = name.split(":", 1)[1]
     kind = collective_kind(op)
     if kind is None:
@@ -370,7 +335,7 @@ def _annotation(name: str, ev: dict[str, Any], path: Path) -> _Annotation:
     args = _args(ev)
     sized = _input_bytes(args.get("Input Dims"), args.get("Input type"), f"{path} at ts {start}",
                          f"annotation {name!r}")
-    return _Annotation(name, kind, is_receive(op), _thread(ev), start,
+    return Annotation(name, kind, is_receive(op), _thread(ev), start,
                        start + _num(ev, "dur", path), sized[0] if sized else None, sized[1] if sized else "unknown")
 
 
@@ -484,7 +449,7 @@ def _pass2(path: Path, p: _Pass1, steps: list[tuple[int, float, float]], bounds:
     held: list[tuple[int, float, float]] = []  # compute kernels whose correlation id is ambiguous
     held_launch: dict[int, float] = {}
     unlaunched = 0
-    annotations = _by_thread(p.annotations)
+    annotations = by_thread(p.annotations)
     for ev in _events(path):
         cat = ev.get("cat")
         if cat in _LAUNCH_CATS:
@@ -521,7 +486,7 @@ def _pass2(path: Path, p: _Pass1, steps: list[tuple[int, float, float]], bounds:
             start = _num(ev, "ts", path)
             end = start + _num(ev, "dur", path)
             index = _step_index(bounds.region_of_time(start))
-            if index is not None and _enclosing(annotations, _thread(ev), start, end) is None:
+            if index is not None and enclosing(annotations, _thread(ev), start, end) is None:
                 busy[index].add(start, end)
     for corr, start, end in held:
         launched = held_launch.get(corr)
@@ -531,31 +496,6 @@ def _pass2(path: Path, p: _Pass1, steps: list[tuple[int, float, float]], bounds:
         if index is not None:
             busy[index].add(start, end)
     return launches, busy, unlaunched
-
-
-def _by_thread(annotations: list[_Annotation]) -> dict[tuple[str, str], tuple[list[float], list[_Annotation]]]:
-    groups: dict[tuple[str, str], list[_Annotation]] = {}
-    for a in annotations:
-        groups.setdefault(a.thread, []).append(a)
-    out = {}
-    for thread, items in groups.items():
-        items.sort(key=lambda a: a.start_us)
-        out[thread] = ([a.start_us for a in items], items)
-    return out
-
-
-def _enclosing(index: dict[tuple[str, str], tuple[list[float], list[_Annotation]]], thread: tuple[str, str],
-               start: float, end: float) -> _Annotation | None:
-    """The innermost collective annotation on `thread` that contains [start, end]."""
-    entry = index.get(thread)
-    if entry is None:
-        return None
-    starts, items = entry
-    i = bisect.bisect_right(starts, start) - 1
-    for j in range(i, max(-1, i - _ENCLOSING_LOOKBACK), -1):
-        if items[j].start_us <= start and end <= items[j].end_us:
-            return items[j]
-    return None
 
 
 # --- collectives ----------------------------------------------------------------------------------------------------
@@ -588,7 +528,7 @@ def _collectives(path: Path, p: _Pass1, launches: dict[int, tuple[float, tuple[s
                  steps: list[tuple[int, float, float]], bounds: _Boundaries, world: int,
                  per_step: list[list[Collective]], notes: list[str], tag: str) -> int:
     """Fill per_step with the step's collectives; return how many fell outside every step."""
-    _attach(p, launches)
+    attach(p.annotations, p.nccl_kernels, launches)
     whole = tuple(range(world))
     outside = receives = 0
 
@@ -670,7 +610,7 @@ def _unattributed(path: Path, p: _Pass1, notes: list[str], tag: str) -> None:
                  f"cut theirs off), left out: {named}{more}")
 
 
-def _new_style(path: Path, k: _NcclKernel, op: str, whole: tuple[int, ...]) -> Collective:
+def _new_style(path: Path, k: NcclKernel, op: str, whole: tuple[int, ...]) -> Collective:
     where, what = f"{path} at ts {k.start_us}", f"NCCL kernel {k.short_name!r}"
     kind = collective_kind(op)
     if kind is None:
@@ -694,7 +634,7 @@ def _new_style(path: Path, k: _NcclKernel, op: str, whole: tuple[int, ...]) -> C
     return Collective(kind, max(sizes), dtype, ranks, k.stream, k.start_us, k.duration_us, k.name)
 
 
-def _from_annotation(path: Path, ann: _Annotation, whole: tuple[int, ...], stream: str, start_us: float,
+def _from_annotation(path: Path, ann: Annotation, whole: tuple[int, ...], stream: str, start_us: float,
                      duration_us: float, name: str) -> Collective:
     if ann.input_bytes is None:
         if ann.kind != "barrier":
@@ -707,127 +647,3 @@ def _from_annotation(path: Path, ann: _Annotation, whole: tuple[int, ...], strea
                             f"annotation {ann.name!r}: {ann.input_bytes} input bytes x {group} rank(s)",
                             ann.input_bytes * group)
     return Collective(ann.kind, size, ann.dtype, whole, stream, start_us, duration_us, name)
-
-
-# --- attaching NCCL kernels to their collective annotations --------------------------------------------------------
-
-#: Annotation kinds that NCCL runs as SendRecv kernels: PyTorch issues all_to_all, send/recv, gather and scatter as
-#: grouped point-to-point calls.
-_SEND_RECV_KINDS = frozenset({"all_to_all", "send_recv", "gather", "scatter"})
-_KERNEL_OP = re.compile(r"nccl(?:Dev)?Kernel_([A-Za-z]+)")
-
-
-@dataclass
-class _Run:
-    """Consecutive kernels of one stream, in device order, that have no launch event in the trace, between the
-    stream's anchors (kernels attached through their launch)."""
-    kernels: list[_NcclKernel]
-    after_us: float  # their annotations started at or after this: the latest annotation start of earlier anchors
-    before_us: float  # ... and at or before this: the earliest annotation start of later anchors
-    from_end: bool  # paired from the end: the run precedes the stream's first anchor
-
-    @property
-    def open_sides(self) -> int:
-        return (self.after_us == float("-inf")) + (self.before_us == float("inf"))
-
-
-def _attach(p: _Pass1, launches: dict[int, tuple[float, tuple[str, str]]]) -> None:
-    """Attach the NCCL kernels to their collective annotations: through the launch (same correlation id) to the
-    innermost annotation enclosing it on its thread; a kernel whose launch is not in the trace, by stream, kind
-    and order (`_attach_run`). A kernel whose launch no annotation encloses stays unattached (its annotation is
-    outside the recording)."""
-    index = _by_thread(p.annotations)
-    for k in p.nccl_kernels:
-        launch = launches.get(k.correlation) if k.correlation is not None else None
-        if launch is None:
-            continue
-        k.launch_us = launch[0]
-        ann = _enclosing(index, launch[1], launch[0], launch[0])
-        if ann is not None:
-            _link(k, ann)
-    free = sorted((a for a in p.annotations if a.name.startswith("nccl:") and not a.kernels),
-                  key=lambda a: a.start_us)
-    starts = [a.start_us for a in free]
-    for run in sorted(_runs(p.nccl_kernels), key=lambda r: r.open_sides):  # the tightest windows choose first
-        window = free[bisect.bisect_left(starts, run.after_us):bisect.bisect_right(starts, run.before_us)]
-        _attach_run(run, window)
-
-
-def _link(k: _NcclKernel, ann: _Annotation) -> None:
-    k.annotation = ann
-    ann.kernels.append(k)
-
-
-def _runs(kernels: list[_NcclKernel]) -> list[_Run]:
-    """The runs of launch-less kernels on each stream. A stream runs its kernels in the order they were issued, so
-    a kernel's annotation started after those of the anchors before it and before those of the anchors after it."""
-    streams: dict[str, list[_NcclKernel]] = {}
-    for k in kernels:
-        streams.setdefault(k.stream, []).append(k)
-    runs: list[_Run] = []
-    for on_stream in streams.values():
-        on_stream.sort(key=lambda k: k.start_us)
-        anchor_starts = [k.annotation.start_us if k.annotation else float("inf") for k in reversed(on_stream)]
-        before = list(itertools.accumulate(anchor_starts, min))[::-1]  # before[i]: min over anchors from i on
-        after = float("-inf")
-        pending: list[_NcclKernel] = []
-        for i, k in enumerate(on_stream):
-            if k.annotation is not None:
-                if pending:
-                    runs.append(_Run(pending, after, before[i], from_end=after == float("-inf")))
-                pending = []
-                after = max(after, k.annotation.start_us)
-            elif k.launch_us is None:
-                pending.append(k)
-        if pending:
-            runs.append(_Run(pending, after, float("inf"), from_end=False))
-    return runs
-
-
-def _attach_run(run: _Run, window: list[_Annotation]) -> None:
-    """Pair a run's kernels with the annotations of `window` (by start) that have no kernel yet, kind class by
-    kind class (`_kernel_class`), in order (`_pair`)."""
-    by_class: dict[str, list[_NcclKernel]] = {}
-    for k in run.kernels:
-        cls = _kernel_class(k.name)
-        if cls is not None:
-            by_class.setdefault(cls, []).append(k)
-    for cls, kernels in by_class.items():
-        candidates = [a for a in window if not a.kernels and _kind_class(a.kind) == cls]
-        for k, ann in _pair(kernels, candidates, run.from_end):
-            _link(k, ann)
-
-
-def _pair(kernels: list[_NcclKernel], annotations: list[_Annotation],
-          from_end: bool) -> list[tuple[_NcclKernel, _Annotation]]:
-    """Kernels (by device start) and annotations (by CPU start) paired in order, an annotation only with a kernel
-    that started after it, as many pairs as possible. Where the counts differ, the pairing starts from the end
-    before the stream's first anchor (the window's start cut off the annotations of the earliest kernels) and
-    from the start elsewhere (the window's end cut off the kernels of the latest annotations)."""
-    ks = kernels[::-1] if from_end else kernels
-    anns = annotations[::-1] if from_end else annotations
-    pairs = []
-    i = j = 0
-    while i < len(ks) and j < len(anns):
-        if anns[j].start_us <= ks[i].start_us:
-            pairs.append((ks[i], anns[j]))
-            i += 1
-            j += 1
-        elif from_end:
-            j += 1  # this annotation started after the kernel: its own kernel is not in the trace
-        else:
-            i += 1  # no annotation left started before this kernel: its own is not in the trace
-    return pairs
-
-
-def _kind_class(kind: str) -> str:
-    """The NCCL kernel an annotation of `kind` runs as: its kind, or send_recv for the point-to-point ones."""
-    return "send_recv" if kind in _SEND_RECV_KINDS else kind
-
-
-def _kernel_class(name: str) -> str | None:
-    """The kind class of an NCCL kernel from its name (`ncclKernel_AllReduce_RING_LL_Sum_float` -> all_reduce,
-    `ncclDevKernel_SendRecv` -> send_recv); None if the name does not tell."""
-    m = _KERNEL_OP.match(name)
-    kind = collective_kind(m.group(1)) if m else None
-    return _kind_class(kind) if kind is not None else None

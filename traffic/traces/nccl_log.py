@@ -54,7 +54,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from traffic.traces import open_trace, read_error
+from traffic.traces.files import open_trace, read_error
 from traffic.workload import (DTYPE_BYTES, Collective, RankTrace, Step, TraceError, Workload, checked_size,
                               collective_kind, is_receive, merge_intervals)
 
