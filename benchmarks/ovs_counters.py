@@ -26,7 +26,7 @@ import re
 import subprocess
 import time
 
-from controller.core import COOKIE, PRIORITY_NUDGE, TABLE_NUDGE
+from controller.intents import COOKIE, PRIORITY_NUDGE, TABLE_NUDGE
 from fabric.builders import dual_plane
 from fabric.emulation import Emulation, EmulationOptions
 from fabric.emulation.plan import parse_dump_ports

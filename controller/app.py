@@ -29,7 +29,8 @@ from os_ken.lib import hub
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
 from controller import ofmsg
-from controller.core import Changes, ControllerCore
+from controller.core import ControllerCore
+from controller.intents import Changes
 from controller.state import ControllerState
 from controller.sync import DatapathSync, Out, PollConfig, outgoing
 

@@ -42,101 +42,15 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple, Sequence
 
-from controller.gray import PROBE_ETH_TYPE, GrayChange, GrayConfig, GrayWatch
+from controller.flowtable import FlowTable
+from controller.gray import GrayChange, GrayConfig, GrayWatch
+from controller.intents import CHANGES_MEMO_ENTRIES, TABLE_ECMP, Changes, FlowIntent, GroupIntent
 from fabric.analysis import cover_switches
 from fabric.errors import RoutingError
 from fabric.model import Fabric
 from fabric.routing import PathTable, RouterConfig, RoutingPolicy, SlotMove, load_policy
-
-#: Marks every flow this controller installs.
-COOKIE = 0xFAB1AB
-PRIORITY_ROUTE = 1000
-PRIORITY_SLOT = 1000
-PRIORITY_SLOT_OTHER = 900
-PRIORITY_TRANSIT = 1100
-PRIORITY_PROBE = 2000
-PRIORITY_NUDGE = 0
-TABLE_ROUTE = 0
-TABLE_ECMP = 1
-TABLE_NUDGE = 2
-#: memoised link events whose changes are kept (oldest dropped first)
-CHANGES_MEMO_ENTRIES = 1 << 14
-
-ETH_TYPE_IPV4 = 0x0800
-ETH_TYPE_ARP = 0x0806
-IPPROTO_TCP = 6
-IPPROTO_UDP = 17
-
-Match = tuple[tuple[str, object], ...]
-
-
-@dataclass(frozen=True)
-class Output:
-    port: int
-
-
-@dataclass(frozen=True)
-class ToGroup:
-    group_id: int
-
-
-@dataclass(frozen=True)
-class ToEcmp:
-    """Write `metadata` and go to the ECMP table."""
-
-    metadata: int
-
-
-@dataclass(frozen=True)
-class Drop:
-    """No instructions: the packet is dropped (and counted by the flow)."""
-
-
-Action = Output | ToGroup | ToEcmp | Drop
-
-
-@dataclass(frozen=True, slots=True)
-class FlowIntent:
-    """Install (or replace) one flow: match fields -> action."""
-
-    dpid: int
-    table: int
-    priority: int
-    match: Match
-    action: Action
-    cookie: int = COOKIE
-
-    @property
-    def key(self) -> tuple[int, int, frozenset[tuple[str, object]]]:
-        return (self.table, self.priority, frozenset(self.match))
-
-
-@dataclass(frozen=True)
-class GroupIntent:
-    """A fast-failover group: buckets output to `ports` in order, each watching its own port."""
-
-    dpid: int
-    group_id: int
-    ports: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Changes:
-    """What to send to one switch: groups first, then flows to add, modify and delete."""
-
-    dpid: int
-    groups_add: tuple[GroupIntent, ...] = ()
-    groups_modify: tuple[GroupIntent, ...] = ()
-    flows_add: tuple[FlowIntent, ...] = ()
-    flows_modify: tuple[FlowIntent, ...] = ()
-    flows_delete: tuple[FlowIntent, ...] = ()
-
-    def __len__(self) -> int:
-        return (len(self.groups_add) + len(self.groups_modify) + len(self.flows_add)
-                + len(self.flows_modify) + len(self.flows_delete))
 
 
 class CounterRates:
@@ -186,30 +100,22 @@ class ControllerCore:
         cls = load_policy(routing) if isinstance(routing, str) else routing
         self.policy: RoutingPolicy = cls(self.table, config, capacity_scale=rate_scale,
                                          event_log_size=event_log_size)
-        self.dest_id = {d: i + 1 for i, d in enumerate(self.table.edge_switches)}
-        self.dest_by_id = {i: d for d, i in self.dest_id.items()}
-        # switch -> fast-failover bucket order -> group id; switch -> its decision points' dests
-        self.group_ids: dict[str, dict[tuple[int, ...], int]] = {}
-        self._decision_dests: dict[str, list[str]] = {}
-        for sw, dest in self.policy.decision_points():
-            self._decision_dests.setdefault(sw, []).append(dest)
-            ids = self.group_ids.setdefault(sw, {})
-            for order in self.policy.failover_orders(sw, dest):
-                ids.setdefault(order, 0)
-        for ids in self.group_ids.values():
-            for i, key in enumerate(sorted(ids)):
-                ids[key] = i + 1
+        self._peer_port = {(sw, port): self.table.peer(sw, port) for sw, port in self.policy.directed_links()}
+        # gray failures: every switch-to-switch link probed (`controller.gray`); a link that is gray
+        # in either direction is out of service for a policy that reacts to links, whatever its
+        # carrier says, and back when both directions have healed and both ports are up
+        self.gray = GrayWatch({l: p for l, p in self._peer_port.items() if p[0] in fabric.switch_by_name},
+                              gray or GrayConfig())
+        self.flowtable = FlowTable(fabric, self.table, self.policy, self.gray)
+        self.dest_id, self.dest_by_id = self.flowtable.dest_id, self.flowtable.dest_by_id
+        self._decision_dests = self.flowtable.decision_dests
         #: datapaths with decision points: the only ones whose flow statistics mean anything
         self.decision_dpids = frozenset(self.dpid(sw) for sw in self._decision_dests)
         #: datapaths whose port statistics are polled: a set of switches that sees every link at one
         #: end at least (a link's far direction is its near end's rx), so fewer requests load the
         #: userspace datapath and the controller (polling every switch every 10 ms cost both ~30% of a core)
         self.port_poll_dpids = frozenset(self.dpid(sw) for sw in cover_switches(fabric))
-        self._peer_port = {(sw, port): self.table.peer(sw, port) for sw, port in self.policy.directed_links()}
         self._relievers_of: dict[tuple[str, int], frozenset[int]] = {}
-        self._slot_flows: dict[tuple[str, str, int, int], tuple[FlowIntent, ...]] = {}
-        self._matches: dict[tuple[str, int, int], tuple[Match, Match, Match]] = {}
-        self._actions: dict[ToGroup, ToGroup] = {}  # one object per group action
         # id of a memoised tuple of moves (the policy returns the same tuple for a repeated link
         # event) -> that tuple (kept, so the id stays its own) and its changes
         self._changes_of: dict[int, tuple[tuple[SlotMove, ...], tuple[Changes, ...]]] = {}
@@ -238,11 +144,6 @@ class ControllerCore:
         self._newcomers: dict[tuple[str, str, int], _Newcomer] = {}
         self.decision_observers: list[Callable[[float], None]] = []
         self.port_bytes: dict[tuple[str, int], tuple[int, int]] = {}  # (switch, port) -> (tx, rx) bytes
-        # gray failures: every switch-to-switch link probed (`controller.gray`); a link that is gray
-        # in either direction is out of service for a policy that reacts to links, whatever its
-        # carrier says, and back when both directions have healed and both ports are up
-        self.gray = GrayWatch({l: p for l, p in self._peer_port.items() if p[0] in fabric.switch_by_name},
-                              gray or GrayConfig())
         self.gray_log: deque[GrayChange] = deque(maxlen=event_log_size)
         self._port_down: set[tuple[str, int]] = set()
         #: port state changes as they reached the controller: (time_s, switch, port, up)
@@ -266,103 +167,21 @@ class ControllerCore:
     def dpid(self, switch: str) -> int:
         return self.fabric.switch_by_name[switch].dpid
 
-    # ---- the desired state ---------------------------------------------------------------------
+    # ---- the desired state (`controller.flowtable`) ----------------------------------------------
     def groups(self, switch: str) -> list[GroupIntent]:
-        dpid = self.dpid(switch)
-        return [GroupIntent(dpid, gid, order)
-                for order, gid in sorted(self.group_ids.get(switch, {}).items(), key=lambda kv: kv[1])]
-
-    def _group(self, switch: str, dest: str, slot: int, port: int) -> ToGroup:
-        return ToGroup(self.group_ids[switch][self.policy.failover_order(switch, dest, slot, port)])
+        return self.flowtable.groups(switch)
 
     def slot_flows(self, switch: str, dest: str, slot: int, port: int) -> tuple[FlowIntent, ...]:
-        """Table-1 flows for one slot at one decision point (slot 0 also carries non-TCP/UDP).
-        Intents are immutable, so they are built once per (switch, dest, slot, port) and reused."""
-        key = (switch, dest, slot, port)
-        cached = self._slot_flows.get(key)
-        if cached is None:
-            cached = self._slot_flows[key] = tuple(self._build_slot_flows(switch, dest, slot, port))
-        return cached
-
-    def _build_slot_flows(self, switch: str, dest: str, slot: int, port: int) -> list[FlowIntent]:
-        dpid = self.dpid(switch)
-        tcp, udp, other = self._slot_matches(dest, self.policy.tier(switch), slot)
-        group = self._group(switch, dest, slot, port)
-        action = self._actions.setdefault(group, group)
-        out = [FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, tcp, action),
-               FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT, udp, action)]
-        if slot == 0:  # everything else for this destination (ICMP, other IP, ARP) follows slot 0
-            out.append(FlowIntent(dpid, TABLE_ECMP, PRIORITY_SLOT_OTHER, other, action))
-        return out
-
-    def _slot_matches(self, dest: str, tier: int, slot: int) -> tuple[Match, Match, Match]:
-        """The TCP, UDP and other matches of a slot's flows: the same at every switch of a tier, so
-        built once and shared (prebuilt intents for every failure would otherwise hold ~10^5 copies)."""
-        key = (dest, tier, slot)
-        got = self._matches.get(key)
-        if got is None:
-            meta = self.dest_id[dest]
-            value, mask = self.policy.entropy.match(tier, slot)
-            got = self._matches[key] = (
-                (("metadata", meta), ("eth_type", ETH_TYPE_IPV4), ("ip_proto", IPPROTO_TCP), ("tcp_src", (value, mask))),
-                (("metadata", meta), ("eth_type", ETH_TYPE_IPV4), ("ip_proto", IPPROTO_UDP), ("udp_src", (value, mask))),
-                (("metadata", meta),),
-            )
-        return got
-
-    def _arp_flow(self, dpid: int, ip: str, action: Action) -> FlowIntent:
-        return FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, (("eth_type", ETH_TYPE_ARP), ("arp_tpa", ip)), action)
+        return self.flowtable.slot_flows(switch, dest, slot, port)
 
     def flows(self, switch: str) -> list[FlowIntent]:
-        """Every flow `switch` should have now."""
-        sw = self.fabric.switch_by_name[switch]
-        dpid = sw.dpid
-        out: list[FlowIntent] = []
-        for nic in self.fabric.nic_ports:
-            if nic.plane != sw.plane:
-                continue
-            ip = str(nic.ip)
-            ipv4 = (("eth_type", ETH_TYPE_IPV4), ("ipv4_dst", ip))
-            dest = nic.switch
-            action: Action
-            if switch == dest:
-                action = Output(nic.switch_port)
-            elif not self.table.ecmp_ports(switch, dest):
-                continue
-            elif self.policy.is_decision(switch, dest):
-                action = ToEcmp(self.dest_id[dest])
-            else:
-                action = Output(self.policy.port(switch, dest))
-            out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_ROUTE, ipv4, action))
-            out.append(self._arp_flow(dpid, ip, action))
-        for dest in self._decision_dests.get(switch, ()):
-            for slot, port in enumerate(self.policy.slots(switch, dest)):
-                out.extend(self.slot_flows(switch, dest, slot, port))
-            out.extend(self.transit_flows(switch, dest))
-        if switch in self._decision_dests:
-            out.append(self.nudge_flow(switch))
-        for port in self.gray.counting_ports(switch) if self.gray.config.enabled else ():
-            out.append(FlowIntent(dpid, TABLE_ROUTE, PRIORITY_PROBE,
-                                  (("in_port", port), ("eth_type", PROBE_ETH_TYPE)), Drop()))
-        return out
+        return self.flowtable.flows(switch)
 
     def nudge_flow(self, switch: str) -> FlowIntent:
-        """The decision point's flow in table 2, which no packet reaches: adding it again changes the
-        flow table and so makes OVS refresh every flow's counters at once (module docstring)."""
-        return FlowIntent(self.dpid(switch), TABLE_NUDGE, PRIORITY_NUDGE, (), Drop())
+        return self.flowtable.nudge_flow(switch)
 
     def transit_flows(self, switch: str, dest: str) -> list[FlowIntent]:
-        """Table-1 flows for detoured packets at a decision point that is a detour for others: from
-        each of their in-ports, out by the direct link to `dest` (never detoured again; dropped
-        while that link is down)."""
-        ins = self.table.transit_ports(switch, dest)
-        if not ins:
-            return []
-        dpid = self.dpid(switch)
-        meta = self.dest_id[dest]
-        (direct,) = self.table.ecmp_ports(switch, dest)
-        return [FlowIntent(dpid, TABLE_ECMP, PRIORITY_TRANSIT, (("metadata", meta), ("in_port", p)), Output(direct))
-                for p in ins]
+        return self.flowtable.transit_flows(switch, dest)
 
     def on_switch_connect(self, dpid: int) -> Changes:
         """Everything a switch with empty tables needs (nothing for a dpid not in the model)."""

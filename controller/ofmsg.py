@@ -8,7 +8,7 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controller.core import (
+from controller.intents import (
     COOKIE,
     TABLE_ECMP,
     Action,

@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from controller.core import Changes, ControllerCore
+from controller.core import ControllerCore
+from controller.intents import Changes
 from controller.sync import DatapathSync
 from fabric import topofile
 

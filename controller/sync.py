@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from controller import ofmsg
-from controller.core import Changes, ControllerCore, FlowIntent
+from controller.core import ControllerCore
+from controller.intents import Changes, FlowIntent
 from controller.gray import GrayChange
 
 Out = tuple[int, Any]  # (dpid, OpenFlow message)

@@ -23,7 +23,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller import ofmsg
-from controller.core import Changes
+from controller.intents import Changes
 from fabric.model import Fabric
 
 

@@ -17,7 +17,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from controller import ofmsg
-from controller.core import COOKIE, ControllerCore
+from controller.core import ControllerCore
+from controller.intents import COOKIE
 from tests.fakeoftable import FakeFabric, flow_stats
 
 Link = tuple[str, int]  # (node, egress port)

@@ -13,7 +13,8 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3, ofproto_v1_3_parser
 
 from controller import ofmsg
-from controller.core import COOKIE, ControllerCore, FlowIntent, Output, ToGroup
+from controller.core import ControllerCore
+from controller.intents import COOKIE, FlowIntent, Output, ToGroup
 from fabric import topofile
 from fabric.builders import dual_plane
 from fabric.errors import FabriclabError

@@ -7,7 +7,8 @@ import pytest
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller import ofmsg
-from controller.core import COOKIE, ControllerCore, Drop
+from controller.core import ControllerCore
+from controller.intents import COOKIE, Drop
 from controller.gray import PROBE_ETH_TYPE, GrayConfig, GrayWatch
 from fabric import topofile
 from fabric.emulation import plan

@@ -10,7 +10,8 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller import ofmsg
-from controller.core import COOKIE, ControllerCore
+from controller.core import ControllerCore
+from controller.intents import COOKIE
 from controller.gray import GrayConfig
 from controller.sync import DatapathSync, PollConfig, outgoing
 from fabric import topofile

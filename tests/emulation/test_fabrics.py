@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.core import COOKIE
+from controller.intents import COOKIE
 from fabric import topofile
 from fabric.emulation import EmulationOptions, claims
 from fabric.model import intf_name
