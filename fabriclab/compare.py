@@ -16,7 +16,7 @@ in seconds and run in bounded memory. Above `FLAT_RING_MAX` the collectives also
 (`SimOptions.lockstep`, `lockstep="auto"`; the row's `lockstep` says so): each step of a collective
 waits for all of the step before, so flows that hashed ECMP slows do not drift apart event by event.
 A ring runs at its slowest hop's pace either way (measured: the same job times on the 16-host
-fabrics with collisions, tests/test_flowsim.py); the exact DAG at 1024 GPUs and above can take hours.
+fabrics with collisions, tests/test_flowsim_phases.py); the exact DAG at 1024 GPUs and above can take hours.
 
 Per row (definitions in docs/architecture.md; times real):
 - step time mean and p99 over the steps (composed from the trace's compute with the simulated

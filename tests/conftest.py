@@ -7,6 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fabric import topofile
+from fabric.flowsim import Job, SimOptions, simulate
+from fabric.routing import EcmpPolicy, PathTable
+from fabric.transfers import Placement, Transfer, TransferDag
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The shared real traces (read-only), located by FABRICLAB_TRACES, default ../shared/traces.
 TRACES = Path(os.environ.get("FABRICLAB_TRACES", ROOT.parent / "shared" / "traces"))
@@ -23,3 +28,21 @@ def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201 - pytest hook
         outcome.longrepr = f"CI must run every test, but it was skipped: {call.excinfo.value}"
         return outcome
     return None
+
+
+# ---- helpers of the flow-level simulator's tests (tests/test_flowsim*.py) -------------------------
+
+def run(topo, jobs, **kw):
+    fab = topofile.load(topo)
+    options = kw.pop("options", SimOptions())
+    return fab, simulate(fab, EcmpPolicy(PathTable(fab)), jobs, options=options, **kw)
+
+
+def one_rank_per_host(fab, n):
+    return Placement(tuple(h.name for h in fab.hosts[:n]))
+
+
+def leaf_to_leaf(fab, size):
+    """h0..h3 (leafA0) each send `size` bytes to h4..h7 (leafA1) at once."""
+    return Job(TransferDag(tuple(Transfer(i, 4 + i, size) for i in range(4)), tuple(range(8))),
+               one_rank_per_host(fab, 8))
