@@ -244,10 +244,6 @@ class CompareProgress:
     running: tuple[RowProgress, ...]
 
 
-def _label(task: dict[str, Any]) -> str:
-    return f"{topofile.scaled(task['topology'], task['gpus']).name} {task['routing']} ({task['gpus']} GPUs)"
-
-
 def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes: Sequence[int] = DEFAULT_SIZES, *,
             options: dict[str, Any] | None = None, sim: SimOptions | None = None, label: str | None = None,
             cache_dir: Path | None = None, jobs: int | None = None,
@@ -286,13 +282,14 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     for s in series:
         load_policy(s.routing)  # a bad routing fails before anything runs
         for n in sizes:
-            topofile.scaled(s.topology, n)  # so does a size the template cannot be built at
+            name = topofile.scaled(s.topology, n).name  # so does a size the template cannot be built at
             opts = {"ports": default_ports(s.routing), **base_opts, "ranks": n}
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
             lock = lockstep == "on" or (lockstep == "auto" and n > FLAT_RING_MAX and not sim_doc["cut_through"])
-            tasks.append({"index": len(tasks), "trace": str(trace), "label": label or str(trace),
+            tasks.append({"index": len(tasks), "row": f"{name} {s.routing} ({n} GPUs)", "trace": str(trace),
+                          "label": label or str(trace),
                           "topology": s.topology, "routing": s.routing, "gpus": n, "opts": opts,
                           "sim": {**sim_doc, "lockstep": lock}, "all_to_all": all_to_all})
     results: dict[int, dict[str, Any]] = {}
@@ -345,12 +342,11 @@ def _sweep(tasks: list[dict[str, Any]], todo: list[int], workers: int, running: 
     pool = ctx.Pool(workers, initializer=_init_worker, initargs=(queue,))
     try:
         pending = {i: pool.apply_async(_run_one, (tasks[i],)) for i in todo}
-        labels = {i: _label(tasks[i]) for i in todo}
         while pending:
             try:
                 i, doc = queue.get(timeout=PROGRESS_POLL_S)
                 if i in pending:
-                    running[i] = RowProgress(labels[i], doc["stage"], doc["calls_done"], doc["calls"],
+                    running[i] = RowProgress(tasks[i]["row"], doc["stage"], doc["calls_done"], doc["calls"],
                                              doc["bytes_share"], doc["sim_s"], doc["recorded_s"], doc["events"],
                                              doc["wall_s"])
                     report()

@@ -66,12 +66,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from fabric.flowsim.connections import ConnectionTable, plan_connection_table
+from fabric.flowsim.connections import ConnectionTable, plan_connection_table, sorted_unique
 from fabric.flowsim.maxmin import FloatArray, FlowSimError, IntArray, max_min_rates_on_paths
 from fabric.flowsim.result import DirectedLinkName, FlowSimResult
 from fabric.model import Fabric
-from fabric.routing.policy import RoutingPolicy
 from fabric.flowsim.routes import LinkRoutes
+from fabric.routing.policy import RoutingPolicy
 from fabric.transfers import Placement, TransferColumns, TransferDag
 
 #: flows due to end within this share of the step are taken to end together with it
@@ -187,15 +187,6 @@ class SimOptions:
             raise FlowSimError(f"poll_s must be finite and >= 0, got {self.poll_s}")
 
 
-def _distinct(values: IntArray) -> IntArray:
-    """The distinct values, ascending (`np.unique` without its overhead, which per event adds up).
-    Values already in order (a ring step's transfers and their flows are) are not sorted again."""
-    if values.size < 2:
-        return values
-    v = values if bool((values[1:] >= values[:-1]).all()) else np.sort(values)
-    return v[np.concatenate(([True], v[1:] != v[:-1]))]
-
-
 def directed_links(fabric: Fabric) -> tuple[tuple[DirectedLinkName, ...], FloatArray]:
     """Every directed link (from node, to node) of the fabric and its capacity in bits per second."""
     names: list[DirectedLinkName] = []
@@ -223,9 +214,7 @@ def simulate(fabric: Fabric, policy: RoutingPolicy, jobs: Sequence[Job], *, opti
         raise FlowSimError(f"the policy routes fabric {policy.table.fabric.name!r}, not the one given")
     if routes is not None and connections is None:
         raise FlowSimError("routes are given for the connections they were walked for: give those too")
-    run = _Run(fabric, policy, list(jobs), opts, list(link_events), connections, routes)
-    run.progress = progress
-    return run.run()
+    return _Run(fabric, policy, list(jobs), opts, list(link_events), connections, routes, progress).run()
 
 
 #: phase replays (lockstep) kept at most, by total transfers held
@@ -254,7 +243,6 @@ class _PhaseWatch:
     start_s: float
     loads: list[tuple[float, float, IntArray, FloatArray]]
     events: int
-    version: int = 0  # the routing version it began on
     sampled: bool = False  # the simulated phase of its block (`Job.sample_phases`): `g` in DAG order
 
 
@@ -273,21 +261,6 @@ class _PhaseRun:
 
     def fits(self, size: IntArray) -> bool:
         """Whether a phase of these sizes (in key order) runs as this one did, to within the resolution."""
-        return bool((np.abs(size - self.size) <= self.slack_bytes).all())
-
-
-@dataclass(frozen=True)
-class _SampleRun:
-    """What the simulated phase of a block did (`_Run._sampled_replay`): the routing version it ran on, its
-    duration, and its transfers' sizes, delivery offsets and slack bytes in DAG order."""
-
-    version: int
-    duration_s: float
-    size: IntArray
-    end_off_s: FloatArray
-    slack_bytes: FloatArray
-
-    def fits(self, size: IntArray) -> bool:
         return bool((np.abs(size - self.size) <= self.slack_bytes).all())
 
 
@@ -468,9 +441,10 @@ class _Run:
 
     def __init__(self, fabric: Fabric, policy: RoutingPolicy, jobs: list[Job], opts: SimOptions,
                  events: list[LinkEvent], connections: ConnectionTable | None = None,
-                 routes: tuple[IntArray, IntArray] | None = None) -> None:
+                 routes: tuple[IntArray, IntArray] | None = None,
+                 progress: Callable[[SimProgress], None] | None = None) -> None:
         self.fabric, self.policy, self.jobs, self.opts = fabric, policy, jobs, opts
-        self.progress: Callable[[SimProgress], None] | None = None
+        self.progress = progress
         self.next_report_s = 0.0
         # a transfer's hops (`hops`) are kept only where they cost time (a per-hop delay)
         self.per_hop = opts.per_hop_s > 0
@@ -507,7 +481,8 @@ class _Run:
             raise FlowSimError("cut_through and lockstep exclude each other (lockstep waits for whole steps)")
         # phase sampling: per (template, block), what the block's simulated phase did (calls of one
         # collective share them: a later call's blocks all run as the first call's did)
-        self.sample_runs: dict[tuple[int, int], _SampleRun] = {}
+        # (its routing version, its run; transfers in DAG order)
+        self.sample_runs: dict[tuple[int, int], tuple[int, _PhaseRun]] = {}
         # (template, first phase, phases, routing version) -> a replayed chain's load interval
         self.chain_loads: dict[tuple[int, int, int, int], tuple[tuple[float, float, IntArray, FloatArray], ...]] = {}
         self.phases_sampled = 0
@@ -638,7 +613,7 @@ class _Run:
         stale = ids[~self.conn_fresh[ids]]
         if not stale.size:
             return
-        c = _distinct(stale)
+        c = sorted_unique(stale)
         rows, n_links = self.routes.rows(self.ct.src_nic[c], self.ct.dst_nic[c], self.ct.sport[c], self.width)
         if rows.shape[1] > self.width:
             pad = np.full((self.conn_path.shape[0], rows.shape[1] - self.width), -1, dtype=np.intp)
@@ -849,7 +824,7 @@ class _Run:
             out.append(nxt[self.deps_left[nxt] == 0])
         if not out:
             return np.zeros(0, dtype=np.intp)
-        return _distinct(out[0] if len(out) == 1 else np.concatenate(out))
+        return sorted_unique(out[0] if len(out) == 1 else np.concatenate(out))
 
     def _delay_ct(self, g: IntArray) -> FloatArray:
         """Cut-through: the delay between a transfer's last byte sent and its delivery: the path's
@@ -897,7 +872,7 @@ class _Run:
                 if edge.size:
                     nxt = tpl.succ[edge] + self.base[job]
                     np.subtract.at(self.wait_left, nxt, 1)
-                    due.append(_distinct(nxt[(self.wait_left[nxt] == 0) & ~np.isnan(self.sent_s[nxt])]))
+                    due.append(sorted_unique(nxt[(self.wait_left[nxt] == 0) & ~np.isnan(self.sent_s[nxt])]))
             self._finished(groups)
             if due:
                 waiting = np.concatenate(due)
@@ -942,36 +917,49 @@ class _Run:
         g, key = self._phase_key(g)
         run = self.phase_memo.get(key)
         if run is None or not run.fits(self.t_size[g]):
-            self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events, self.route_version)
+            self.watch = _PhaseWatch(key, job, p, g, self.now, [], self.events)
             return False
         end_s = self.now + run.duration_s
         next_event_s = self.heap[0][0] if self.heap else math.inf
         if next_event_s <= end_s:  # something else happens meanwhile: simulate it
             return False
+        def alike(h: IntArray) -> IntArray | None:  # (the same pairs: none local, as the first)
+            h, key_q = self._phase_key(h)
+            return h if key_q == key and run.fits(self.t_size[h]) else None
+
+        chain, end_s = self._chain(job, tpl, p, g, run, next_event_s, len(tpl.shape.phase_size), alike)
+        self.replays[self.seq] = (chain, [run.loads] * len(chain), False)
+        self._push(end_s, 4, self.seq)
+        return True
+
+    def _chain(self, job: int, tpl: _Template, p: int, g: IntArray, run: _PhaseRun, next_event_s: float,
+               stop: int, alike: Callable[[IntArray], IntArray | None]) -> tuple[list[tuple[IntArray, float,
+                                                                                           FloatArray]], float]:
+        """Phase `p` of `job` (its transfers `g`, in `run`'s order) begins now and runs as `run` ran; so do
+        the phases after it, before phase `stop`, one after another while each is `alike` (which gives its
+        transfers in `run`'s order, or None) and ends before `next_event_s`. With the phases closed, all of
+        a phase's dependencies are in earlier phases, so under lockstep the whole phase begins when the one
+        before delivers its last transfer. Returns the chain (transfers, start, delivery offsets) and its
+        end."""
         self.start_s[g] = self.now
         chain = [(g, self.now, run.end_off_s)]
-        # The phases after it that are alike too run one after another, each beginning when the one
-        # before delivers its last transfer: with the phases closed, all of a phase's dependencies are
-        # in earlier phases, so under lockstep the whole phase begins then. They are replayed in the
-        # same timed event, up to the first that differs or would end after the next other event.
+        end_s = self.now + run.duration_s
         order, ptr = tpl.shape.phase_members
         base = self.base[job]
         held = self.held.get(job, {})
         q = p + 1
-        while q + 1 < ptr.size and end_s + run.duration_s < next_event_s and ptr[q + 1] - ptr[q] == g.size:
-            h, key_q = self._phase_key(order[ptr[q]:ptr[q + 1]] + base)
-            if key_q != key or not run.fits(self.t_size[h]):  # (the same pairs: none local, as above)
+        while q < stop and end_s + run.duration_s < next_event_s and ptr[q + 1] - ptr[q] == g.size:
+            h = alike(order[ptr[q]:ptr[q + 1]] + base)
+            if h is None:
                 break
             held.pop(q, None)  # (what waited for this phase begins with it, here)
             self.start_s[h] = end_s
             # never ready again: begun here (their dependencies are delivered with the chain's)
             self.deps_left[h] = CHAINED
             chain.append((h, end_s, run.end_off_s))
-            end_s = end_s + run.duration_s
+            end_s += run.duration_s
             q += 1
-        self.replays[self.seq] = (chain, [run.loads] * len(chain), False)
-        self._push(end_s, 4, self.seq)
-        return True
+        return chain, end_s
 
     def _sampled_replay(self, job: int, tpl: _Template, p: int) -> bool:
         """Phase sampling (`Job.sample_phases` = k): phase `p` of `job` begins now, whole, on an otherwise
@@ -990,33 +978,21 @@ class _Run:
         and everything that does not run alone (another job, a link event, a poll)."""
         k = self.jobs[job].sample_phases
         order, ptr = tpl.shape.phase_members
-        base = self.base[job]
-        h = order[ptr[p]:ptr[p + 1]] + base
-        run = self.sample_runs.get((self.job_tpl[job], p // k))
-        if run is None or run.version != self.route_version or run.size.size != h.size \
-                or not run.fits(self.t_size[h]):
+        h = order[ptr[p]:ptr[p + 1]] + self.base[job]
+        version, run = self.sample_runs.get((self.job_tpl[job], p // k), (-1, None))
+        if run is None or version != self.route_version or run.size.size != h.size or not run.fits(self.t_size[h]):
+            # (a sampled watch's key holds only the routing version: its phase is matched by block, not pairs)
             self.watch = _PhaseWatch((self.route_version, b"", b""), job, p, h, self.now, [], self.events,
-                                     self.route_version, sampled=True)
+                                     sampled=True)
             return False
-        end_s = self.now + run.duration_s
         next_event_s = self.heap[0][0] if self.heap else math.inf
-        if next_event_s <= end_s:  # something else happens meanwhile: simulate it (not its block's sample)
+        if next_event_s <= self.now + run.duration_s:  # something else happens meanwhile: simulate it
             return False
-        self.start_s[h] = self.now
-        chain = [(h, self.now, run.end_off_s)]
-        held = self.held.get(job, {})
-        q = p + 1
-        while (q + 1 < ptr.size and q // k == p // k and end_s + run.duration_s < next_event_s
-               and ptr[q + 1] - ptr[q] == h.size):
-            hq = order[ptr[q]:ptr[q + 1]] + base
-            if not run.fits(self.t_size[hq]) or bool((self.t_pair[hq] < 0).any()):
-                break
-            held.pop(q, None)  # (what waited for this phase begins with it, here)
-            self.start_s[hq] = end_s
-            self.deps_left[hq] = CHAINED  # begun here: never ready again
-            chain.append((hq, end_s, run.end_off_s))
-            end_s += run.duration_s
-            q += 1
+
+        def alike(hq: IntArray) -> IntArray | None:
+            return hq if run.fits(self.t_size[hq]) and not bool((self.t_pair[hq] < 0).any()) else None
+
+        chain, end_s = self._chain(job, tpl, p, h, run, next_event_s, min(len(ptr) - 1, (p // k + 1) * k), alike)
         # the chain's bytes on their own paths, evenly over it (one interval: a chain is at most a block of
         # phases, far shorter than the report's bins); the same chain of a later call logs the same
         key = (self.job_tpl[job], p, len(chain), self.route_version)
@@ -1092,20 +1068,17 @@ class _Run:
         w, self.watch = self.watch, None
         if w is None:
             return
-        if w.sampled:
-            end_off = self.end_s[w.g] - w.start_s
-            size = self.t_size[w.g].copy()
-            self.sample_runs[(self.job_tpl[w.job], w.phase // self.jobs[w.job].sample_phases)] = _SampleRun(
-                w.version, self.now - w.start_s, size, end_off, _slack_bytes(self.opts.resolution_s, size, end_off))
+        end_off = self.end_s[w.g] - w.start_s
+        size = self.t_size[w.g].copy()
+        run = _PhaseRun(self.now - w.start_s, size, end_off, _slack_bytes(self.opts.resolution_s, size, end_off),
+                        tuple(w.loads), self.events - w.events)
+        if w.sampled:  # its loads are not replayed (a block's phases log their own bytes)
+            self.sample_runs[(self.job_tpl[w.job], w.phase // self.jobs[w.job].sample_phases)] = (w.key[0], run)
             return
         if self.phase_memo_transfers + w.g.size > PHASE_MEMO_TRANSFERS:
             self.phase_memo.clear()
             self.phase_memo_transfers = 0
-        end_off = self.end_s[w.g] - w.start_s
-        size = self.t_size[w.g].copy()
-        self.phase_memo[w.key] = _PhaseRun(self.now - w.start_s, size, end_off,
-                                           _slack_bytes(self.opts.resolution_s, size, end_off), tuple(w.loads),
-                                           self.events - w.events)
+        self.phase_memo[w.key] = run
         self.phase_memo_transfers += w.g.size
 
     def _drained(self, g: IntArray) -> None:
@@ -1187,7 +1160,7 @@ class _Run:
         self._finished(groups)
         if not ready:
             return np.zeros(0, dtype=np.intp)
-        return _distinct(ready[0] if len(ready) == 1 else np.concatenate(ready))
+        return sorted_unique(ready[0] if len(ready) == 1 else np.concatenate(ready))
 
     def _gate(self, job: int, tpl: _Template, ready: IntArray) -> IntArray:
         """Lockstep: of the ready transfers `ready` (pool indexes) of `job`, those of its open phase or
@@ -1436,7 +1409,7 @@ class _Run:
     def _finish_flows(self, done: IntArray) -> None:
         ended = self.f_transfer[done]
         np.subtract.at(self.parts_left, ended, 1)
-        t = _distinct(ended)
+        t = sorted_unique(ended)
         drained = t[self.parts_left[t] == 0]
         if done.size == self.f_conn.size:  # every flow ended (a ring's step)
             self.f_conn, self.f_transfer = self.f_conn[:0], self.f_transfer[:0]

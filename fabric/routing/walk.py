@@ -45,11 +45,13 @@ class PathWalker:
         self.nics: tuple[NicPort, ...] = fab.nic_ports
         self.nic_switch = np.asarray([self.switch_index[p.switch] for p in self.nics], dtype=np.intp)
         self.nic_link = tuple((p.switch, p.switch_port) for p in self.nics)  # the switch's port to the host
+        self.nic_plane = np.asarray([p.plane for p in self.nics])
         self.generic = type(policy).path is not RoutingPolicy.path
         self.reset()
 
     def reset(self) -> None:
         """Forget the choices: the policy's state changed."""
+        self._nic_up = np.asarray([self.policy.is_up(link) for link in self.nic_link], dtype=np.bool_)
         n_spots = len(self.switches) ** 2
         widths = [bits for _, bits in self.policy.entropy.fields.values()]
         self.width = 1 << max(widths, default=0)  # slots a choice key leaves room for
@@ -69,14 +71,12 @@ class PathWalker:
         if self.generic:
             return self._each(src_nic, dst_nic, sport)
         pol = self.policy
-        up_nic = np.asarray([pol.is_up(link) for link in self.nic_link], dtype=np.bool_)
         src_sw, dst_sw = self.nic_switch[src_nic], self.nic_switch[dst_nic]
-        planes = np.asarray([p.plane for p in self.nics])
-        crossed = np.flatnonzero(planes[src_nic] != planes[dst_nic])
+        crossed = np.flatnonzero(self.nic_plane[src_nic] != self.nic_plane[dst_nic])
         if crossed.size:
             a, b = self.nics[int(src_nic[crossed[0]])], self.nics[int(dst_nic[crossed[0]])]
             raise RoutingError(f"{a.host} ({a.plane}) and {b.host} ({b.plane}) are in different planes")
-        alive = up_nic[src_nic] & up_nic[dst_nic]
+        alive = self._nic_up[src_nic] & self._nic_up[dst_nic]
         limit = pol._loop_limit() - 1  # `path`'s limit counts the source host too
         rows = [src_sw.copy()]
         cur = src_sw.copy()

@@ -132,7 +132,8 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
                     sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = (),
                     all_to_all: str = "auto", progress: Callable[[RunProgress], None] | None = None) -> RunResult:
     sim = sim or SimOptions()
-    sample_phases(2, all_to_all)  # a bad model fails before anything is planned
+    if all_to_all not in A2A_MODELS:  # before anything is planned
+        raise ReplayError(f"all-to-all model must be one of {', '.join(A2A_MODELS)}, got {all_to_all!r}")
     tell = progress or (lambda p: None)
     tell(RunProgress("plan"))
     wall0, t0 = time.time(), time.monotonic()
