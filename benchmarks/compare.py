@@ -185,7 +185,7 @@ def one_all_to_all(topology: str, routing: str, n: int, size_bytes: int, model: 
     from fabric import topofile
     from fabric.flowsim import SimOptions
     from traffic.replay import ReplayOptions
-    from traffic.replay.simulate import simulate_replay
+    from fabriclab.backends import Simulated, run_workload
     from traffic.workload import Collective, RankTrace, Step, Workload
 
     coll = Collective("all_to_all", size_bytes, "bfloat16", (0,), "20", 0.0, 1000.0, "a2a")
@@ -193,8 +193,8 @@ def one_all_to_all(topology: str, routing: str, n: int, size_bytes: int, model: 
     fab = topofile.scaled(topology, n)
     ports = "planned" if routing == "adaptive" else "hashed"
     t0 = time.perf_counter()
-    res = simulate_replay(w, "a2a", fab, routing, ReplayOptions(ranks=n, ports=ports), SimOptions(),
-                          all_to_all=model)
+    res = run_workload(w, "a2a", fab, routing, ReplayOptions(ranks=n, ports=ports),
+                       Simulated(SimOptions(), all_to_all=model)).result
     wall = time.perf_counter() - t0
     loads = [l.emu_bytes for l in res.links if l.tier == "fabric"]
     return {"topology": fab.name, "routing": routing, "ranks": n, "model": model, "wall_s": wall,

@@ -44,7 +44,7 @@ def main() -> int:
     from fabriclab import calibrate as cal
     from tests.emulation.test_replay import DLRM, DLRM_REPEAT, RESNET, at_dilation, first_steps, large_all_to_alls
     from traffic.replay import ReplayOptions, plan_replay
-    from traffic.replay.simulate import simulate_replay
+    from fabriclab.backends import Simulated, run_workload
     from traffic.traces import load
 
     recorded = cal.Calibration.read(args.calibration)
@@ -87,7 +87,8 @@ def main() -> int:
 
             runs = {}
             for which, c in (("recorded", recorded), ("saf", fits[False]), ("ct", fits[True])):
-                res = simulate_replay(w, name, fab, routing, opts, c.sim_options(dilation, SimOptions(poll_s=0.0)))
+                res = run_workload(w, name, fab, routing, opts,
+                                   Simulated(c.sim_options(dilation, SimOptions(poll_s=0.0)))).result
                 runs[which] = [(x.kind, x.size_bytes, x.duration_real_us)
                                for x in sorted(res.collectives, key=lambda x: x.index)]
             if key in emulated_rec:

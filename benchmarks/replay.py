@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from fabric import topofile
-from fabriclab.replay import replay_on_emulation
+from fabriclab.backends import Emulated, run_workload
 from traffic import report
 from traffic.replay import ReplayOptions, plan_replay
 from traffic.traces import load
@@ -52,8 +52,9 @@ def busbw_rows(sizes_mb: list[float], reps: int, out: Path) -> list[dict[str, fl
     dilation = plan_replay(ring_workload(int(max(sizes_mb) * 1e6)), fab, ReplayOptions()).dilation
     rows = []
     for mb in sizes_mb:
-        res = replay_on_emulation(ring_workload(int(mb * 1e6)), "synthetic", fab, "adaptive",
-                                  ReplayOptions(dilation=dilation, repeat=reps), out / f"ring-{mb:g}MB")
+        res = run_workload(ring_workload(int(mb * 1e6)), "synthetic", fab, "adaptive",
+                           ReplayOptions(dilation=dilation, repeat=reps), Emulated(),
+                           out_dir=out / f"ring-{mb:g}MB").result
         # the bound on real-unit busbw: each host's real NIC bandwidth (2 x 200G) less the overheads
         bound_bps = 400e9 * GOODPUT
         busbw = statistics.median(c.busbw_bps for c in res.collectives)
@@ -68,10 +69,10 @@ def fabric_rows(traces: list[str], steps: int, out: Path) -> list[dict[str, obje
     rows = []
     for name in traces:
         w = first_steps(load(TRACE_FILES[name]), steps)
-        dual = replay_on_emulation(w, name, topofile.load("dual-plane-16"), "adaptive",
-                                   ReplayOptions(ranks=16, ports="planned"), out / f"{name}-dual")
-        pyr = replay_on_emulation(w, name, topofile.load("pyramid-16"), "ecmp",
-                                  ReplayOptions(ranks=16, ports="hashed"), out / f"{name}-pyramid")
+        dual = run_workload(w, name, topofile.load("dual-plane-16"), "adaptive", ReplayOptions(ranks=16, ports="planned"),
+                            Emulated(), out_dir=out / f"{name}-dual").result
+        pyr = run_workload(w, name, topofile.load("pyramid-16"), "ecmp", ReplayOptions(ranks=16, ports="hashed"),
+                           Emulated(), out_dir=out / f"{name}-pyramid").result
         report.write_comparison(dual, pyr, out / f"{name}-comparison")
         sd, sp = report.summarize(dual).step_time_us, report.summarize(pyr).step_time_us
         if sd is None or sp is None:

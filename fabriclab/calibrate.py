@@ -243,10 +243,10 @@ def features(workload: Workload, fabric: Fabric, routing: str, options: ReplayOp
              cut_through: bool = CUT_THROUGH) -> list[tuple[float, float, float]]:
     """Per collective of the workload: (T0 us, S, H) from the simulator (module docstring), cut-through
     or store and forward."""
-    from traffic.replay.simulate import simulate_replay
+    from fabriclab.backends import Simulated, run_workload
 
     def durations(sim: SimOptions) -> list[float]:
-        res = simulate_replay(workload, "microbenchmarks", fabric, routing, options, sim)
+        res = run_workload(workload, "microbenchmarks", fabric, routing, options, Simulated(sim)).result
         return [c.duration_real_us for c in res.collectives]
 
     base = SimOptions(poll_s=0.0, cut_through=cut_through)
@@ -336,13 +336,13 @@ def crosscheck_rows(emulated: RunResult, simulated: RunResult, bandwidth_only: R
 def crosscheck(workload: Workload, label: str, fabric: Fabric, routing: str, options: ReplayOptions, cal: Calibration,
                run_emulated: EmulatedRun) -> tuple[list[CrossRow], RunResult, RunResult]:
     """`workload` on the emulator (`run_emulated`), then on the simulator calibrated for that run's dilation."""
-    from traffic.replay.simulate import simulate_replay
+    from fabriclab.backends import Simulated, run_workload
 
     emulated = run_emulated(workload, fabric, routing, options)
     sim = cal.sim_options(emulated.meta.dilation, SimOptions(poll_s=0.0))
-    simulated = simulate_replay(workload, label, fabric, routing, options, sim)
-    bandwidth_only = simulate_replay(workload, label, fabric, routing, options,
-                                     dataclasses.replace(sim, per_transfer_s=0.0, per_hop_s=0.0))
+    simulated = run_workload(workload, label, fabric, routing, options, Simulated(sim)).result
+    bandwidth_only = run_workload(workload, label, fabric, routing, options,
+                                  Simulated(dataclasses.replace(sim, per_transfer_s=0.0, per_hop_s=0.0))).result
     return crosscheck_rows(emulated, simulated, bandwidth_only), emulated, simulated
 
 

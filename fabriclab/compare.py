@@ -6,11 +6,11 @@
 Each configuration is a series (a builder topology file, used as a template, and a routing mode) at a
 size N: the template built at N hosts (`fabric.topofile.scaled`: same NIC rates, edge switch size and
 oversubscription), the trace mapped onto N ranks, one per host, and run by `fabriclab sim`'s code
-(`traffic.replay.simulate`). The default series have the same bandwidth per host (pyramid: one 400G
+(`fabriclab.backends.Simulated`). The default series have the same bandwidth per host (pyramid: one 400G
 NIC; dual-plane: two 200G NICs, one per plane).
 
 The all-reduce is a ring (`--algorithm`) up to `FLAT_RING_MAX` GPUs and its hierarchical form above
-(the row's `algorithm` says which). The simulator plans on arrays (`plan_replay(placed=False)`,
+(the row's `algorithm` says which). The plan is made on arrays (`plan_replay`,
 `schedule_columns`) and the simulator holds the state of the running calls only, so 16,384 GPUs plan
 in seconds and run in bounded memory. Above `FLAT_RING_MAX` the collectives also run in lockstep
 (`SimOptions.lockstep`, `lockstep="auto"`; the row's `lockstep` says so): each step of a collective
@@ -117,8 +117,8 @@ def _init_worker(queue: Any) -> None:
 
 
 def _run_one(task: dict[str, Any]) -> dict[str, Any]:
-    from traffic.replay import ReplayOptions
-    from traffic.replay.simulate import RunProgress, simulate_replay
+    from fabriclab.backends import Simulated, run_workload
+    from traffic.replay import ReplayOptions, RunProgress
     from traffic.traces import load
 
     t0 = time.monotonic()
@@ -132,8 +132,8 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
     workload = load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None,
                     collectives_per_step=task["opts"].get("step_ops"))
     opts = ReplayOptions(**task["opts"])
-    result = simulate_replay(workload, task["label"], fab, task["routing"], opts, SimOptions(**task["sim"]),
-                             all_to_all=task["all_to_all"], progress=tell)
+    result = run_workload(workload, task["label"], fab, task["routing"], opts,
+                          Simulated(SimOptions(**task["sim"]), all_to_all=task["all_to_all"]), progress=tell).result
     row = row_from_result(result, task["topology"], fab.name, task["routing"], task["gpus"])
     return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0,
                                                   algorithm=opts.algorithm, lockstep=bool(task["sim"]["lockstep"])))
@@ -202,7 +202,7 @@ def _key(task: dict[str, Any], trace: str, code: str) -> str:
 
 @dataclass(frozen=True)
 class RowProgress:
-    """A row being computed: which, its stage (`traffic.replay.simulate.RunProgress`), the calls done,
+    """A row being computed: which, its stage (`traffic.replay.RunProgress`), the calls done,
     the share of its bytes done, its simulated time so far and the calls' recorded time, events, the wall
     time of its simulation stage, and the time to go estimated from the share of bytes done (None until
     some are)."""
@@ -283,7 +283,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
         load_policy(s.routing)  # a bad routing fails before anything runs
         for n in sizes:
             name = topofile.scaled(s.topology, n).name  # so does a size the template cannot be built at
-            opts = {"ports": default_ports(s.routing), **base_opts, "ranks": n}
+            opts = {"ports": default_ports(s.routing, base_opts.get("ports", "auto")), **base_opts, "ranks": n}
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()

@@ -46,3 +46,18 @@ def leaf_to_leaf(fab, size):
     """h0..h3 (leafA0) each send `size` bytes to h4..h7 (leafA1) at once."""
     return Job(TransferDag(tuple(Transfer(i, 4 + i, size) for i in range(4)), tuple(range(8))),
                one_rank_per_host(fab, 8))
+
+
+def simulated(workload, label, fabric, routing, options, sim=None, link_events=(), all_to_all="auto"):
+    """`workload` through the one pipeline on the simulator backend: its `RunResult`."""
+    from fabriclab.backends import Simulated, run_workload
+
+    backend = Simulated(sim or SimOptions(), link_events, all_to_all)
+    return run_workload(workload, label, fabric, routing, options, backend).result
+
+
+def replayed(workload, label, fabric, routing, options, out_dir=None, during=None):
+    """`workload` through the one pipeline on the emulation backend (root): its `RunResult`."""
+    from fabriclab.backends import Emulated, run_workload
+
+    return run_workload(workload, label, fabric, routing, options, Emulated(during=during), out_dir=out_dir).result

@@ -60,17 +60,18 @@ def runs() -> dict[str, Any]:
     from fabric import topofile
     from fabriclab.cli import main
     from traffic.replay import ReplayOptions
-    from traffic.replay.simulate import parse_link_event, simulate_replay
+    from traffic.replay.simulate import parse_link_event
+    from tests.conftest import simulated
     from traffic.traces import BUILTIN_TRACE, load
 
     out: dict[str, Any] = {}
     workload = load(BUILTIN_TRACE)
     dp = topofile.load("dual-plane-16")
     events = [parse_link_event("leafA0:1@200", dp, False), parse_link_event("leafA0:1@2500", dp, True)]
-    res = simulate_replay(workload, "builtin", dp, "adaptive", ReplayOptions(ranks=16), link_events=events)
+    res = simulated(workload, "builtin", dp, "adaptive", ReplayOptions(ranks=16), link_events=events)
     out["sim-dual-plane-16-adaptive-link-event"] = strip(res.to_dict())
     py = topofile.load("pyramid-16")
-    res = simulate_replay(workload, "builtin", py, "ecmp", ReplayOptions(ranks=16, ports="hashed", seed=5))
+    res = simulated(workload, "builtin", py, "ecmp", ReplayOptions(ranks=16, ports="hashed", seed=5))
     out["sim-pyramid-16-ecmp-hashed"] = strip(res.to_dict())
     with tempfile.TemporaryDirectory() as tmp:
         trace = _small_trace(Path(tmp) / "small.json")

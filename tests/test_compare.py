@@ -13,7 +13,7 @@ from fabriclab import compare as cmp
 from fabriclab.cli import main
 from tests.test_replay import coll, workload
 from traffic.replay import ReplayOptions
-from traffic.replay.simulate import simulate_replay
+from tests.conftest import simulated
 
 DP16 = topofile.load("dual-plane-16")
 
@@ -31,7 +31,7 @@ def test_scaled_templates_keep_the_shape_and_refuse_what_cannot_be_built():
 def test_a_row_from_a_run_follows_the_definitions():
     # untimed: one 1.6 MB ring all-reduce per step after 100 us of compute, on 16 hosts of 2 x 200 G
     n, size, gap_us = 16, 1_600_000, 100.0
-    res = simulate_replay(workload([coll(size=size, n=n)], n=n, timed=False, steps=3), "t", DP16, "adaptive",
+    res = simulated(workload([coll(size=size, n=n)], n=n, timed=False, steps=3), "t", DP16, "adaptive",
                           ReplayOptions(compute_gap_us=gap_us))
     row = cmp.row_from_result(res, "dual-plane-16", "dual-plane-16", "adaptive", n)
     comm_us = 2 * (n - 1) * (size / n) * 8 / 400e9 * 1e6  # the ring bound at 400 G per host
@@ -52,12 +52,12 @@ def test_ecmp_collisions_counted_by_hand(tmp_path):
     place = tmp_path / "place.yaml"
     place.write_text("{0: h0, 1: h4, 2: h1, 3: h5}\n")
     fab = topofile.load("leaf-spine-16")
-    res = simulate_replay(workload([coll(size=400_000, n=4)], n=4, timed=False), "t", fab, "ecmp",
+    res = simulated(workload([coll(size=400_000, n=4)], n=4, timed=False), "t", fab, "ecmp",
                           ReplayOptions(channels=1, placement=str(place), ports="planned"))
     assert res.extra["ecmp"] == {"collisions": 1, "choices": 4, "ports_idle": 5}
     # with 4 channels, channel c of every pair takes uplink (4 (a + b) + c) mod 4 = c: each uplink
     # carries one connection of each of its leaf's 2 pairs; no collision, nothing idle
-    res4 = simulate_replay(workload([coll(size=400_000, n=4)], n=4, timed=False), "t", fab, "ecmp",
+    res4 = simulated(workload([coll(size=400_000, n=4)], n=4, timed=False), "t", fab, "ecmp",
                            ReplayOptions(channels=4, placement=str(place), ports="planned"))
     assert res4.extra["ecmp"] == {"collisions": 0, "choices": 16, "ports_idle": 0}
 

@@ -38,7 +38,7 @@ def test_hashed_source_ports_collide_as_counted_by_hand():
 
 @pytest.mark.parametrize("ports", ["planned", "hashed"])
 def test_connections_are_the_replays_own(ports):
-    # the simulator re-implements the replay's rule (fabric may not import traffic): same host pairs,
+    # the plan's connections (one table, both backends) and `plan_connections'` objects: same host pairs,
     # NICs, planes and source ports as the replay's plan, for its ring on dual-plane-16
     from fabric.flowsim import plan_connections
     from tests.test_replay import DP16, coll, workload
@@ -46,9 +46,9 @@ def test_connections_are_the_replays_own(ports):
 
     plan = plan_replay(workload([coll(size=16_000_000, n=16)], n=16), DP16,
                        ReplayOptions(channels=2, dilation=1000, ports=ports, seed=3))
-    replay = {(c.src_host, c.dst_host, c.src_ip, c.dst_ip, c.sport) for c in plan.connections}
+    replay = {(c.src_host, c.dst_host, c.src_ip, c.dst_ip, c.sport) for c in plan.connection_list()}
     ours = plan_connections(DP16, EcmpPolicy(PathTable(DP16)).entropy, {(c.src_host, c.dst_host)
-                                                                        for c in plan.connections},
+                                                                        for c in plan.connection_list()},
                             channels=2, ports=ports, seed=3)
     assert {(a, b, str(c.src.ip), str(c.dst.ip), c.sport) for (a, b), cs in ours.items() for c in cs} == replay
     assert len(replay) == 16 * 2 * 2  # 16 ring pairs x 2 planes x 2 channels
@@ -67,9 +67,9 @@ def test_connections_are_the_replays_own_on_every_lane(ports):
     w = workload([coll(size=16_000_000, n=16, stream="0"), coll("all_to_all", size=16_000_000, n=16, stream="1")],
                  n=16)
     plan = plan_replay(w, DP16, ReplayOptions(channels=2, dilation=1000, ports=ports, seed=3))
-    replay = {(c.src_host, c.dst_host, c.lane, c.src_ip, c.dst_ip, c.sport) for c in plan.connections}
+    replay = {(c.src_host, c.dst_host, c.lane, c.src_ip, c.dst_ip, c.sport) for c in plan.connection_list()}
     ours = plan_connections(DP16, EcmpPolicy(PathTable(DP16)).entropy, {(c.src_host, c.dst_host, c.lane)
-                                                                        for c in plan.connections},
+                                                                        for c in plan.connection_list()},
                             channels=2, ports=ports, seed=3)
     assert {(a, b, lane, str(c.src.ip), str(c.dst.ip), c.sport) for (a, b, lane), cs in ours.items() for c in cs} \
         == replay
@@ -86,7 +86,7 @@ def test_connections_are_the_replays_own_on_every_lane(ports):
     assert sorted(j.lane for j in jobs) == [0, 1]
     state = _Run(DP16, EcmpPolicy(PathTable(DP16)), jobs, SimOptions(channels=2, ports=ports, seed=3), [])
     by_pair = {}
-    for c in plan.connections:
+    for c in plan.connection_list():
         by_pair.setdefault((c.src_host, c.dst_host, c.lane), []).append(c.sport)
     for job, k in zip(jobs, state.job_tpl):
         tpl = state.templates[k]

@@ -99,3 +99,53 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text("def f():\n    from controller import core\n    import mininet.net\n")
     assert {"controller", "controller.core", "mininet.net"} <= imports("fabric.probe", path)
+
+
+#: the emulation's own side of the run pipeline (its agents, its driver and timing types, its measurements)
+EMULATOR_SIDE = {"traffic.replay.agent", "traffic.replay.driver", "traffic.replay.emulated", "traffic.replay.place",
+                 "fabric.emulation"}
+#: what the simulator's side and the shared pipeline are made of
+NEUTRAL_OR_SIMULATOR = ("traffic.replay.simulate", "traffic.replay.plan", "traffic.replay.result",
+                        "traffic.replay.timings", "fabric.flowsim")
+
+
+def reached(g: nx.DiGraph, start: str) -> set[str]:
+    """Every project module `start` imports, directly or through others."""
+    return {start} | nx.descendants(g, start)
+
+
+def emulator_modules_reached(g: nx.DiGraph) -> dict[str, set[str]]:
+    out = {}
+    for name in g.nodes:
+        if any(name == m or name.startswith(m + ".") for m in NEUTRAL_OR_SIMULATOR):
+            hit = {m for m in reached(g, name) if any(m == e or m.startswith(e + ".") for e in EMULATOR_SIDE)}
+            if hit:
+                out[name] = hit
+    return out
+
+
+def test_the_simulators_side_never_reaches_the_emulators_timing_types():
+    # one result builder fed by both backends: the simulator does not fake the emulator's RawRun/CallTiming
+    assert emulator_modules_reached(project_graph()) == {}
+
+
+def test_the_reach_check_can_fail():
+    g = project_graph()
+    g.add_edge("traffic.replay.simulate", "traffic.replay.driver")
+    assert "traffic.replay.driver" in emulator_modules_reached(g)["traffic.replay.simulate"]
+
+
+def classes_named(name: str, paths: list[Path]) -> list[str]:
+    return sorted(f"{p.relative_to(ROOT) if p.is_relative_to(ROOT) else p.name}" for p in paths
+                  for n in ast.walk(ast.parse(p.read_text(), str(p))) if isinstance(n, ast.ClassDef) and n.name == name)
+
+
+def test_one_connection_class():
+    # both backends' connections are `fabric.flowsim.connections.Connection`, planned by one rule
+    assert classes_named("Connection", list(modules().values())) == ["fabric/flowsim/connections.py"]
+
+
+def test_the_connection_class_check_can_fail(tmp_path):
+    extra = tmp_path / "second.py"
+    extra.write_text("class Connection:\n    pass\n")
+    assert len(classes_named("Connection", [*modules().values(), extra])) == 2

@@ -12,8 +12,9 @@ from fabric.routing import EcmpPolicy, PathTable
 from fabric.transfers import TransferError
 from tests.localhosts import LocalHosts
 from traffic import collectives
-from traffic.replay import Driver, ReplayError, ReplayOptions, build_result, plan_replay
-from traffic.replay.driver import CallTiming, RawRun
+from traffic.replay import ReplayError, ReplayOptions, build_result, place, plan_replay
+from traffic.replay.driver import CallTiming, Driver, RawRun
+from traffic.replay.emulated import emulated_run
 from traffic.workload import Collective, RankTrace, Step, TraceError, Workload
 
 
@@ -35,14 +36,15 @@ def test_connections_take_distinct_paths_in_both_planes():
     w = workload([coll(size=16_000_000, n=16)], n=16)
     plan = plan_replay(w, DP16, ReplayOptions(channels=2, dilation=1000))
     # ring h0 -> h1 -> ... -> h15 -> h0: 16 host pairs x 2 planes x 2 channels
-    assert len(plan.connections) == 16 * 2 * 2
+    connections = place(plan).connections
+    assert len(connections) == 16 * 2 * 2
     pol = EcmpPolicy(PathTable(DP16))
-    conns = [c for c in plan.connections if (c.src_host, c.dst_host) == ("h3", "h4")]  # leaf 0 -> leaf 1
+    conns = [c for c in connections if (c.src_host, c.dst_host) == ("h3", "h4")]  # leaf 0 -> leaf 1
     paths = {pol.path(DP16.nic_by_ip[__import__("ipaddress").IPv4Address(c.src_ip)],
                       DP16.nic_by_ip[__import__("ipaddress").IPv4Address(c.dst_ip)], c.sport) for c in conns}
     # four connections, four paths: each plane's two spines
     assert {p[2] for p in paths} == {"spineA0", "spineA1", "spineB0", "spineB1"}
-    assert len({(c.src_ip, c.sport, c.dst_ip, c.dport) for c in plan.connections}) == len(plan.connections)
+    assert len({(c.src_ip, c.sport, c.dst_ip, c.dport) for c in connections}) == len(connections)
 
 
 def test_bytes_scale_parts_and_the_chosen_dilation_by_hand():
@@ -56,8 +58,8 @@ def test_bytes_scale_parts_and_the_chosen_dilation_by_hand():
     # bytes scale 0.05, dilation = 0.05 x 1000 / 0.005 = 10000
     assert plan.bytes_scale == pytest.approx(0.05)
     assert plan.dilation == pytest.approx(10_000)
-    (t,) = plan.templates
-    assert t.emu_bytes == 800_000 and len(t.transfers) == 2 * 15 * 16
+    (t,) = place(plan).placed
+    assert t.template.emu_bytes == 800_000 and len(t.transfers) == 2 * 15 * 16
     first = t.transfers[0]
     assert first.size_bytes == 50_000 and [p.size_bytes for p in first.parts] == [12_500] * 4
     # pyramid-16's NICs are 400G: scale 1 / 400; one NIC per host carries the whole transfer, so the
@@ -79,7 +81,7 @@ def test_concurrent_in_the_trace_concurrent_in_the_replay():
     assert deps[4] == (0, 1, 2, 3) and deps[5] == (0, 1, 2, 3)
     assert deps[8] == (4, 5, 6, 7) and len(plan.calls) == 16
     # each stream has its own connections (a lane): concurrent collectives never queue behind each other
-    lanes = {c.lane for c in plan.connections}
+    lanes = {c.lane for c in place(plan).connections}
     assert lanes == {0, 1}
 
 
@@ -111,7 +113,7 @@ def test_placements_and_local_transfers():
     w = workload([coll(size=3200, n=32)], n=32)
     plan = plan_replay(w, DP16, ReplayOptions(dilation=1000))  # 32 ranks on 16 hosts: 2 per host
     assert plan.placement.hosts[:4] == ("h0", "h0", "h1", "h1")
-    (t,) = plan.templates
+    (t,) = place(plan).placed
     local = [x for x in t.transfers if x.local]
     assert local and all(x.src_host == x.dst_host for x in local)  # rank 0 -> 1, both on h0
     spread = plan_replay(workload([coll(n=4)]), DP16, ReplayOptions(placement="spread", dilation=1000))
@@ -135,7 +137,7 @@ def test_analysis_converts_to_real_units_and_composes_steps():
     plan = plan_replay(workload(step, compute=((0.0, 200.0), (300.0, 500.0)), duration_us=500.0), DP16,
                        ReplayOptions(dilation=1000))
     raw = RawRun([CallTiming(0, 10.0, 12.0)], [], 0.5, 9.0, 13.0, 0.0)
-    res = build_result(plan, raw, trace="t", topology="dual-plane-16", routing="ecmp")
+    res = build_result(plan, emulated_run(plan, raw), trace="t", routing="ecmp")
     (c,) = res.collectives
     assert c.duration_real_us == pytest.approx(2000.0)
     assert c.algbw_bps == pytest.approx(16e6) and c.busbw_bps == pytest.approx(24e6)
@@ -155,15 +157,18 @@ def loopback(plan):
     def lo(ip):
         a = ipaddress.IPv4Address(ip)
         return str(ipaddress.IPv4Address(f"127.0.{a.packed[1] - 17}.{a.packed[3]}"))
-    conns = tuple(dataclasses.replace(c, src_ip=lo(c.src_ip), dst_ip=lo(c.dst_ip)) for c in plan.connections)
+    def moved(nic):
+        return dataclasses.replace(nic, ip=ipaddress.IPv4Address(lo(str(nic.ip))))
+    placed = place(plan)
+    conns = tuple(dataclasses.replace(c, src=moved(c.src), dst=moved(c.dst)) for c in placed.connections)
     fab = plan.fabric
 
-    class P(type(plan)):
+    class P(type(placed)):
         def agent_plan(self, host):
             d = super().agent_plan(host)
             d["ips"] = [lo(str(n.ip)) for n in fab.nics_of[host]]
             return d
-    return P(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)} | {"connections": conns})
+    return P(placed.plan, placed.placed, conns)
 
 
 @pytest.mark.parametrize("kind, algorithm, n", [("all_reduce", "ring", 4), ("all_reduce", "tree", 4),
@@ -176,11 +181,11 @@ def test_agents_move_every_byte_in_dependency_order_over_loopback(tmp_path: Path
     plan = loopback(plan_replay(w, fab, ReplayOptions(dilation=1000, algorithm=algorithm, mbps_per_gbps=1.0,
                                                       repeat=2, port=17000 + n * 10)))
     done = []
-    raw = Driver(plan, LocalHosts(fab), tmp_path, None, 0.5, lambda k, total: done.append(k)).run()
-    assert done == list(range(1, len(plan.calls) + 1))
-    for call, tm in zip(plan.calls, raw.timings):
-        t = plan.templates[call.template]
-        dag = collectives.schedule(kind, t.size_bytes, list(range(n)), t.algorithm)
+    raw = Driver(plan, LocalHosts(fab), tmp_path, None, 0.5, lambda k, total, call: done.append(k)).run()
+    assert done == list(range(1, len(plan.plan.calls) + 1))
+    for call, tm in zip(plan.plan.calls, raw.timings):
+        t = plan.placed[call.template]
+        dag = collectives.schedule(kind, t.template.size_bytes, list(range(n)), t.template.algorithm)
         network = [i for i, x in enumerate(t.transfers) if not x.local]
         # every network transfer was received in full, and never before what it depends on
         assert set(tm.received_s) == set(network)
@@ -207,7 +212,7 @@ def test_an_agent_that_dies_fails_the_run_naming_its_host(tmp_path: Path):
 
 def test_the_controller_polls_slower_on_slower_emulated_links():
     from fabric import topofile
-    from fabriclab.replay import controller_poll_ms
+    from fabriclab.backends import controller_poll_ms
 
     dp = topofile.load("dual-plane-16")  # 200G NICs
     # 10 ms at 20 Mbit/s, the same bytes per poll below it, within 10..100 ms

@@ -15,8 +15,9 @@ from fabric.transfers import Placement, Transfer, TransferDag
 from fabriclab.cli import main
 from tests.test_replay import coll, workload
 from traffic.replay import ReplayError, ReplayOptions
-from traffic.replay.simulate import parse_link_event, simulate_replay
+from traffic.replay.simulate import parse_link_event
 from traffic.results import load_result
+from tests.conftest import simulated
 
 DP16 = topofile.load("dual-plane-16")  # 16 hosts, 2 x 200 G NIC ports each (one per plane), non-blocking
 NIC_BPS = 200e9
@@ -31,7 +32,7 @@ def test_a_ring_all_reduce_runs_at_the_hosts_bandwidth():
     # after the other, each split over 2 connections per plane (planned: distinct paths): every NIC
     # runs full, so each step takes (S/n) x 8 / (2 x 200 G) and busbw (= algbw x 2(n-1)/n) is 400 G.
     n, size = 16, 16 * 4 * 250_000
-    res = simulate_replay(untimed([coll(size=size, n=n)]), "t", DP16, "adaptive", ReplayOptions())
+    res = simulated(untimed([coll(size=size, n=n)]), "t", DP16, "adaptive", ReplayOptions())
     (c,) = res.collectives
     expected_s = 2 * (n - 1) * (size / n) * 8 / (2 * NIC_BPS)
     assert c.duration_real_us == pytest.approx(expected_s * 1e6, rel=1e-9)
@@ -49,7 +50,7 @@ def test_calls_run_one_after_another_and_steps_compose_from_them():
     # an untimed trace: collectives one after another; the step is their sum plus the compute gaps
     n = 16
     w = untimed([coll(size=1_600_000, n=n), coll(size=3_200_000, n=n), coll(kind="all_gather", size=1_600_000, n=n)])
-    res = simulate_replay(w, "t", DP16, "ecmp", ReplayOptions(compute_gap_us=50.0, ports="planned"))
+    res = simulated(w, "t", DP16, "ecmp", ReplayOptions(compute_gap_us=50.0, ports="planned"))
     a, b, g = res.collectives
     assert b.start_emu_s == pytest.approx(a.start_emu_s + a.duration_emu_s, rel=1e-12)
     assert g.start_emu_s == pytest.approx(b.start_emu_s + b.duration_emu_s, rel=1e-12)
@@ -65,7 +66,7 @@ def test_calls_run_one_after_another_and_steps_compose_from_them():
 
 def test_per_transfer_overhead_adds_once_per_ring_step():
     n, size, overhead_us = 16, 16 * 4 * 250_000, 3.0
-    res = simulate_replay(untimed([coll(size=size, n=n)]), "t", DP16, "adaptive", ReplayOptions(),
+    res = simulated(untimed([coll(size=size, n=n)]), "t", DP16, "adaptive", ReplayOptions(),
                           SimOptions(per_transfer_s=overhead_us / 1e6))
     step_us = (size / n) * 8 / (2 * NIC_BPS) * 1e6
     assert res.collectives[0].duration_real_us == pytest.approx(2 * (n - 1) * (step_us + overhead_us), rel=1e-9)
@@ -76,10 +77,10 @@ def test_a_failed_uplink_costs_a_non_blocking_leaf_nothing_and_is_reported():
     # the ring sends one host's plane-A share (2 flows, 200 G) across it: the time is unchanged.
     n, size = 16, 16 * 4 * 250_000
     w = untimed([coll(size=size, n=n)])
-    base = simulate_replay(w, "t", DP16, "adaptive", ReplayOptions())
+    base = simulated(w, "t", DP16, "adaptive", ReplayOptions())
     port = DP16.port_towards("leafA0", "spineA0")
     down = parse_link_event(f"leafA0:{port}@0", DP16, up=False)
-    res = simulate_replay(w, "t", DP16, "adaptive", ReplayOptions(), link_events=[down])
+    res = simulated(w, "t", DP16, "adaptive", ReplayOptions(), link_events=[down])
     assert res.collectives[0].duration_real_us == pytest.approx(base.collectives[0].duration_real_us, rel=1e-9)
     assert res.faults == ({"kind": "link", "target": f"leafA0:{port}", "up": False, "at_emu_s": 0.0},)
     assert res.events and all(e["trigger"] == f"leafA0:{port} down" for e in res.events)
@@ -92,7 +93,7 @@ def test_a_host_cut_off_stalls_with_a_named_error():
     port = DP16.port_towards("leafA0", "h0")
     down = parse_link_event(f"leafA0:{port}@0", DP16, up=False)
     with pytest.raises(ReplayError, match="stalled.*no live path"):
-        simulate_replay(untimed([coll(size=160_000, n=16)]), "t", DP16, "adaptive", ReplayOptions(), link_events=[down])
+        simulated(untimed([coll(size=160_000, n=16)]), "t", DP16, "adaptive", ReplayOptions(), link_events=[down])
 
 
 @pytest.mark.parametrize("text, match", [

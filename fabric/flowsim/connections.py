@@ -37,13 +37,37 @@ HASHED_PORTS = (32768, 61000)
 
 @dataclass(frozen=True)
 class Connection:
-    """One transport connection: from NIC `src` to NIC `dst` (one plane) with source port `sport`."""
+    """One transport connection: from NIC `src` to NIC `dst` (one plane) with source port `sport`, on lane
+    `lane` (its host pair's set of connections), to destination port `dport` (the replay's agents listen on
+    one port per lane; 0 where no port is planned). The one connection type of both backends."""
 
     id: int
     src: NicPort
     dst: NicPort
     channel: int
     sport: int
+    lane: int = 0
+    dport: int = 0
+
+    @property
+    def src_host(self) -> str:
+        return self.src.host
+
+    @property
+    def dst_host(self) -> str:
+        return self.dst.host
+
+    @property
+    def plane(self) -> str:
+        return self.src.plane
+
+    @property
+    def src_ip(self) -> str:
+        return str(self.src.ip)
+
+    @property
+    def dst_ip(self) -> str:
+        return str(self.dst.ip)
 
 
 Pair = tuple[str, str] | tuple[str, str, int]
@@ -68,10 +92,18 @@ class ConnectionTable:
     def __len__(self) -> int:
         return int(self.src_nic.size)
 
-    def connection(self, c: int) -> Connection:
+    def connection(self, c: int, dport_base: int = 0) -> Connection:
+        """Connection `c` as an object; its destination port `dport_base` + its lane (the replay's agents
+        listen on one port per lane from `dport_base`), 0 where `dport_base` is 0."""
         nics = self.fabric.nic_ports
+        n = len(self.fabric.hosts)
+        lane = int(self.pair_key[self.pair_of_connection[c]]) // (n * n)
         return Connection(c, nics[int(self.src_nic[c])], nics[int(self.dst_nic[c])], int(self.channel[c]),
-                          int(self.sport[c]))
+                          int(self.sport[c]), lane, dport_base + lane if dport_base else 0)
+
+    def connections(self, dport_base: int = 0) -> tuple[Connection, ...]:
+        """Every connection as an object (`connection`), in id order."""
+        return tuple(self.connection(c, dport_base) for c in range(len(self)))
 
     def pair_of(self, keys: IntArray) -> IntArray:
         """The pair index of each of `keys` (which must be among `pair_key`)."""

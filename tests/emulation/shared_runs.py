@@ -8,7 +8,7 @@ whichever runs first emulates and the other reads the same result. A run that ra
 from __future__ import annotations
 
 from fabric.model import Fabric
-from fabriclab.replay import replay_on_emulation
+from tests.conftest import replayed
 from traffic.replay import ReplayOptions
 from traffic.results import RunResult
 from traffic.workload import Workload
@@ -21,5 +21,5 @@ def emulated(name: str, workload: Workload, label: str, fabric: Fabric, routing:
     """The replay of `workload` (called `name`: the cache's key with the fabric, routing and options)."""
     key = (name, fabric.name, routing, options)
     if key not in _RUNS:
-        _RUNS[key] = replay_on_emulation(workload, label, fabric, routing, options)
+        _RUNS[key] = replayed(workload, label, fabric, routing, options)
     return _RUNS[key]

@@ -23,7 +23,7 @@ import pytest
 
 from fabric import topofile
 from fabriclab import calibrate as cal
-from fabriclab.replay import replay_on_emulation
+from tests.conftest import replayed
 from tests.emulation.shared_runs import emulated
 from tests.emulation.test_replay import DLRM, DLRM_REPEAT, DP16, RESNET, at_dilation, first_steps, large_all_to_alls
 from traffic.traces import load
@@ -43,7 +43,7 @@ FIT_BOUND = 0.15
 
 
 def run_emulated(w, fab, routing, opts):
-    return replay_on_emulation(w, w.source, fab, routing, opts)
+    return replayed(w, w.source, fab, routing, opts)
 
 
 def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tmp_path):

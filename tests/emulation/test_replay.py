@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fabric import topofile
-from fabriclab.replay import replay_on_emulation
+from tests.conftest import replayed
 from tests.emulation.shared_runs import emulated
 from traffic import report
 from traffic.replay import ReplayOptions, plan_replay
@@ -83,7 +83,7 @@ def test_ring_all_reduce_reaches_the_goodput_bound_on_both_planes_and_scales_wit
     runs = {}
     for dilation, reps in ((160_000, 5), (320_000, 3)):
         w = one_all_reduce(size)
-        res = replay_on_emulation(w, "synthetic", DP16, "adaptive",
+        res = replayed(w, "synthetic", DP16, "adaptive",
                                   ReplayOptions(dilation=dilation, repeat=reps), tmp_path / str(dilation))
         runs[dilation] = res
     res = runs[160_000]
@@ -166,7 +166,7 @@ def test_a_link_failed_in_the_middle_of_a_replay_loses_no_collective(tmp_path):
             # spineA1 -> leafA1: on the path of ring traffic from leaf 0's hosts to leaf 1's
             failed.append(lab.faults.link_down("spineA1", 2))
 
-    res = replay_on_emulation(w, "builtin", DP16, "adaptive", ReplayOptions(ranks=16), tmp_path,
+    res = replayed(w, "builtin", DP16, "adaptive", ReplayOptions(ranks=16), tmp_path,
                               during=fail_mid_replay)
     assert failed and len(res.collectives) == 6
     assert all(c.duration_emu_s > 0 for c in res.collectives)  # every collective completed, every byte in

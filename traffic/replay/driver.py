@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fabric.emulation.hosts import Hosts
-from traffic.replay.plan import ReplayError, ReplayPlan
+from traffic.replay.place import PlacedPlan
+from traffic.replay.plan import ReplayError
+from traffic.replay.timings import CallTimes, RunTimings
 
 Counters = dict[tuple[str, int], int]  # (switch, port) -> tx bytes
 
@@ -48,6 +50,11 @@ class RawRun:
     ended_s: float
     started_wall: float
 
+    def run_timings(self) -> RunTimings:
+        """The calls' times in neither backend's terms."""
+        return RunTimings(tuple(CallTimes(t.call, t.start_s, t.end_s) for t in self.timings), self.started_s,
+                          self.ended_s, self.started_wall)
+
 
 def cpu_times() -> tuple[float, float]:
     """(idle, total) jiffies of the whole machine, from /proc/stat."""
@@ -66,10 +73,11 @@ class _Peer:
 
 
 class Driver:
-    def __init__(self, plan: ReplayPlan, hosts: Hosts, run_dir: Path,
+    def __init__(self, placed: PlacedPlan, hosts: Hosts, run_dir: Path,
                  sample_counters: Callable[[], Counters] | None = None, link_interval_s: float = 0.5,
-                 on_call_done: Callable[[int, int], None] | None = None, setup_timeout_s: float = 60.0) -> None:
-        self.plan = plan
+                 on_call_done: Callable[[int, int, int], None] | None = None, setup_timeout_s: float = 60.0) -> None:
+        self.placed = placed
+        self.plan = placed.plan
         self.hosts = hosts
         self.run_dir = run_dir
         self.sample_counters = sample_counters
@@ -187,7 +195,7 @@ class Driver:
         sampler = threading.Thread(target=self._sample_loop, name="fabriclab-replay-sampler", daemon=True)
         try:
             for host, peer in self.peers.items():
-                peer.send({"setup": self.plan.agent_plan(host)})
+                peer.send({"setup": self.placed.agent_plan(host)})
             self._gather("listening", "listening")
             for peer in self.peers.values():
                 peer.send({"connect": True})
@@ -209,8 +217,8 @@ class Driver:
 
     def _issue_all(self) -> list[CallTiming]:
         plan = self.plan
-        templates = {t.id: t for t in plan.templates}
-        involved = {t.id: t.hosts() for t in plan.templates}
+        placed = {p.template.id: p for p in self.placed.placed}
+        involved = {tid: p.hosts() for tid, p in placed.items()}
         pending_deps = {c.id: set(c.deps) for c in plan.calls}
         dependents: dict[int, list[int]] = {c.id: [] for c in plan.calls}
         for c in plan.calls:
@@ -247,7 +255,7 @@ class Driver:
                     tm.end_s = max(ends[cid]) if ends[cid] else max(reports[cid])
                     done += 1
                     if self.on_call_done is not None:
-                        self.on_call_done(done, len(plan.calls))
+                        self.on_call_done(done, len(plan.calls), cid)
                     for nxt in dependents[cid]:
                         pending_deps[nxt].discard(cid)
                         if not pending_deps[nxt]:
@@ -257,8 +265,9 @@ class Driver:
             for cid, tm in timings.items():
                 if tm.end_s:
                     continue
-                t = templates[plan.calls[cid].template]
-                estimate = max((b * 8 / host_bps[h] for h, b in t.bytes_sent_by().items()), default=0.0)
+                p = placed[plan.calls[cid].template]
+                t = p.template
+                estimate = max((b * 8 / host_bps[h] for h, b in p.bytes_sent_by().items()), default=0.0)
                 if now - tm.start_s > 20 * estimate + 60:
                     missing = sorted(involved[t.id] - tm.hosts_done)
                     raise ReplayError(f"collective #{cid} ({t.kind}, {t.emu_bytes} emulated bytes) did not complete "

@@ -1,4 +1,6 @@
-"""The replay plan (pure): a workload placed on a fabric, scaled, scheduled and cut into connections.
+"""The replay plan (pure): a workload placed on a fabric, scaled, scheduled and cut into connections; the
+one plan both backends run (the simulator as it is, the emulation once `traffic.replay.place` has put it
+on its agents).
 
 - **Calls**: the workload's collectives in replay order, one `Call` per collective per step per
   repetition. A multi-rank trace's collectives are matched across ranks by process group and order
@@ -7,8 +9,9 @@
   the recording has ended, so collectives run concurrently exactly where the trace has them
   concurrent; a trace without timings runs them one after the other. Calls of a later step wait for
   all calls of earlier steps.
-- **Templates**: each distinct (kind, size, ranks) becomes one transfer DAG (`traffic.collectives`)
-  with emulated sizes, placed on hosts; transfers between ranks on the same host are local.
+- **Templates**: each distinct (kind, size, ranks) becomes one transfer DAG (`traffic.collectives`,
+  as arrays), by rank at real sizes; the placement puts ranks on hosts, and transfers between ranks on
+  the same host are local.
 - **Scaling** (time dilation, docs/architecture.md): links run at `rate_gbps x mbps_per_gbps` Mbit/s; bytes are
   scaled by `bytes_scale = dilation x mbps_per_gbps / 1000`, so an emulated duration divided by the
   dilation is the real one. The default dilation makes the typical transfer (of the bytes-weighted
@@ -22,26 +25,24 @@
   they are drawn at random from the ephemeral range (seeded), as the OS would pick them: classic
   ECMP, where two flows may hash onto one link. A transfer is split evenly over its pair's
   connections (`parts`). The rule is the simulator's, planned by the same code
-  (`fabric.flowsim.connections.plan_connection_table`), so both backends get the very same connections.
-- **Cut-through**: the agents forward data as it arrives (`traffic.replay.agent`), like NCCL's slices:
-  byte i of a transfer may leave once each transfer it depends on has delivered the same fraction of
-  its own bytes (for dependencies received by this host), or been sent (for earlier sends of this host).
+  (`fabric.flowsim.connections.plan_connection_table`), planned once here: both backends get the very
+  same connections.
 """
 from __future__ import annotations
 
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from fabric.errors import FabriclabError
-from fabric.flowsim.connections import pair_key, plan_connection_table
-from fabric.flowsim.maxmin import FlowSimError
+from fabric.flowsim.connections import Connection, ConnectionTable, pair_key, plan_connection_table
+from fabric.flowsim.maxmin import FlowSimError, IntArray
 from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
-from fabric.transfers import Placement, TransferColumns, TransferDag
+from fabric.transfers import Placement, TransferColumns
 from traffic import collectives
 from traffic.workload import Collective, Workload
 
@@ -59,16 +60,20 @@ MIN_DILATION, MAX_DILATION = 1.0, 1e9
 #: TCP payload per wire byte on the emulated links: 1448 of 1514 bytes (MTU 1500, timestamps),
 #: less ~2% for the ACKs sharing a host's egress with its own data in a ring.
 GOODPUT_SHARE = 1448 / 1514 * 0.98
+#: how the plan's notes on its scaling begin (they apply to a scaled run only, not to the simulator's)
+SCALING_NOTES = ("link scale", "dilation")
 
 
 class ReplayError(FabriclabError):
     """A replay cannot be planned or run; the message names the offending item."""
 
 
-def default_ports(routing: str) -> str:
-    """Source ports when the user does not say: planned under adaptive routing (a fabric-aware collective
-    library puts each channel on its own path, as the controller's entropy plan allows), hashed otherwise
-    (as the OS picks them: classic ECMP)."""
+def default_ports(routing: str, asked: str = "auto") -> str:
+    """Source ports: as `asked`, unless "auto" (the user did not say): planned under adaptive routing (a
+    fabric-aware collective library puts each channel on its own path, as the controller's entropy plan
+    allows), hashed otherwise (as the OS picks them: classic ECMP)."""
+    if asked != "auto":
+        return asked
     return "planned" if routing == "adaptive" else "hashed"
 
 
@@ -111,41 +116,9 @@ class ReplayOptions:
 
 
 @dataclass(frozen=True)
-class Connection:
-    id: int
-    src_host: str
-    dst_host: str
-    plane: str
-    channel: int
-    src_ip: str
-    dst_ip: str
-    sport: int
-    lane: int = 0  # one set of connections per stream of the trace ...
-    dport: int = 0  # ... each lane to its own port of the agents (so no two connections share a 4-tuple)
-
-
-@dataclass(frozen=True)
-class Part:
-    conn: int
-    size_bytes: int
-
-
-@dataclass(frozen=True)
-class PlacedTransfer:
-    src_host: str
-    dst_host: str
-    size_bytes: int  # emulated
-    deps: tuple[int, ...]
-    parts: tuple[Part, ...]  # empty: a local transfer (both ranks on one host)
-
-    @property
-    def local(self) -> bool:
-        return not self.parts
-
-
-@dataclass(frozen=True)
 class Template:
-    """One collective's DAG placed on hosts, emulated sizes."""
+    """One collective's transfer DAG at real sizes, by rank (`traffic.collectives.schedule_columns`), on
+    one lane; `emu_bytes` its size as the emulation sends it (`bytes_scale` applied)."""
 
     id: int
     kind: str
@@ -153,23 +126,12 @@ class Template:
     size_bytes: int  # real
     emu_bytes: int
     ranks: tuple[int, ...]
-    transfers: tuple[PlacedTransfer, ...]  # empty in a plan for the simulator (`placed=False`)
-    dag: TransferDag | TransferColumns | None = None  # the schedule at real sizes, by rank (the simulator runs it)
+    dag: TransferColumns
     lane: int = 0  # the connections it uses: one set per stream of the trace
 
     @property
     def transfer_count(self) -> int:
-        return len(self.dag) if self.dag is not None else len(self.transfers)
-
-    def hosts(self) -> set[str]:
-        return {t.src_host for t in self.transfers} | {t.dst_host for t in self.transfers}
-
-    def bytes_sent_by(self) -> dict[str, int]:
-        out: dict[str, int] = defaultdict(int)
-        for t in self.transfers:
-            if not t.local:
-                out[t.src_host] += t.size_bytes
-        return dict(out)
+        return len(self.dag)
 
 
 @dataclass(frozen=True)
@@ -188,6 +150,10 @@ class Call:
 
 @dataclass(frozen=True)
 class ReplayPlan:
+    """The plan both backends run: the calls, their templates (DAGs by rank), the placement, the scaling
+    and every lane's planned connections (`connections`; `traffic.replay.place` places it for the
+    emulation's agents)."""
+
     workload: Workload
     fabric: Fabric
     options: ReplayOptions
@@ -196,15 +162,18 @@ class ReplayPlan:
     bytes_scale: float
     templates: tuple[Template, ...]
     calls: tuple[Call, ...]
-    connections: tuple[Connection, ...]
+    connections: ConnectionTable
     notes: tuple[str, ...] = field(default=())
 
     def hosts(self) -> list[str]:
         """Every host that takes part (sends, receives or runs a rank)."""
         used = set(self.placement.hosts)
-        for c in self.connections:
-            used |= {c.src_host, c.dst_host}
-        return [h.name for h in self.fabric.hosts if h.name in used]
+        names = [h.name for h in self.fabric.hosts]
+        n = len(names)
+        keys = self.connections.pair_key
+        for i in np.unique(np.concatenate([keys // n % n, keys % n])).tolist():
+            used.add(names[i])
+        return [h for h in names if h in used]
 
     @property
     def mbps_per_gbps(self) -> float:
@@ -216,31 +185,10 @@ class ReplayPlan:
     def host_emu_bps(self, host: str) -> float:
         return sum(n.rate_gbps for n in self.fabric.nics_of[host]) * self.mbps_per_gbps * 1e6
 
-    def agent_plan(self, host: str) -> dict[str, Any]:
-        """Everything one host's agent needs, as plain data (JSON)."""
-        fab = self.fabric
-        outgoing = [c for c in self.connections if c.src_host == host]
-        incoming = [c for c in self.connections if c.dst_host == host]
-        templates: dict[int, Any] = {}
-        for t in self.templates:
-            sends, recvs, local = [], [], []
-            for i, x in enumerate(t.transfers):
-                if x.local and x.src_host == host:
-                    local.append([i, x.size_bytes, list(x.deps)])
-                elif x.src_host == host:
-                    sends.append([i, x.size_bytes, list(x.deps), [[p.conn, p.size_bytes] for p in x.parts]])
-                elif x.dst_host == host:
-                    recvs.append([i, x.size_bytes])
-            if sends or recvs or local:
-                templates[t.id] = {"sends": sends, "recvs": recvs, "local": local}
-        return {
-            "host": host,
-            "ips": [str(n.ip) for n in fab.nics_of[host]],
-            "ports": sorted({c.dport for c in incoming}),
-            "outgoing": [[c.id, c.src_ip, c.sport, c.dst_ip, c.dport] for c in outgoing],
-            "incoming": [c.id for c in incoming],
-            "templates": templates,
-        }
+    def connection_list(self) -> tuple[Connection, ...]:
+        """The planned connections as objects, each lane's to its own port of the agents (`options.port` +
+        lane)."""
+        return self.connections.connections(self.options.port)
 
 
 # ---- building the plan -------------------------------------------------------------------------------
@@ -358,13 +306,11 @@ def default_mbps_per_gbps(fabric: Fabric) -> float:
     return NIC_EMU_MBPS / max(n.rate_gbps for n in fabric.nic_ports)
 
 
-def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, placed: bool = True) -> ReplayPlan:
-    """The replay's plan (module docstring). `placed=False` plans for the simulator only: the DAGs as
-    arrays (`schedule_columns`), no placed transfers and no connections (the simulator has its own),
-    so that 16,384 ranks plan in seconds; the dilation must then be given."""
+def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
+    """The replay's plan (module docstring), the one both backends run: the DAGs as arrays
+    (`schedule_columns`, so that 16,384 ranks plan in seconds) and every lane's connections as a table.
+    The emulation places it on its agents (`traffic.replay.place`)."""
     options.check()
-    if not placed and options.dilation is None:
-        raise ReplayError("a plan for the simulator needs the dilation given")
     notes: list[str] = []
     if options.mbps_per_gbps is None:
         options = replace(options, mbps_per_gbps=default_mbps_per_gbps(fabric))
@@ -384,22 +330,19 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, p
     placement = _placement(fabric, workload.world_size, options.placement)
     if len(placement) < workload.world_size:
         raise ReplayError(f"placement covers {len(placement)} ranks; the workload has {workload.world_size}")
-    table = PathTable(fabric)
-    entropy = plan_entropy(table)
-    host_of = placement.host
     leaf_of = {h.name: min(n.switch for n in fabric.nics_of[h.name]) for h in fabric.hosts}
     groups = collectives.groups_by(placement, lambda h: leaf_of[h])
 
-    # one DAG per distinct collective (kind, size, ranks), at real sizes first (for the dilation); one
-    # template per DAG and lane: each stream of the trace gets its own connections (a lane), as NCCL's
-    # communicators do, so collectives that run concurrently never queue behind each other's data
+    # one DAG per distinct collective (kind, size, ranks), at real sizes; one template per DAG and lane:
+    # each stream of the trace gets its own connections (a lane), as NCCL's communicators do, so
+    # collectives that run concurrently never queue behind each other's data
     step_calls = _global_calls(workload)
     lanes: dict[str, int] = {}
     for scalls in step_calls:
         for c, _ in scalls:
             lanes.setdefault(c.stream, len(lanes))
     dag_of: dict[tuple[str, int, tuple[int, ...]], int] = {}
-    dags: list[TransferDag | TransferColumns] = []
+    dags: list[TransferColumns] = []
     algos: list[str] = []
     keys: dict[tuple[str, int, tuple[int, ...], int], int] = {}  # (kind, size, ranks, lane) -> template
     for scalls in step_calls:
@@ -416,93 +359,39 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, p
                 algorithm = "ring"
             algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
             dag_of[key] = len(dags)
-            build = collectives.schedule if placed else collectives.schedule_columns
-            dags.append(build(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups))
+            dags.append(collectives.schedule_columns(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups))
             algos.append(algo)
 
-    nic_bps = {n.ip: n.rate_gbps * scale * 1e6 for n in fabric.nic_ports}
-    host_bps = {h.name: sum(n.rate_gbps for n in fabric.nics_of[h.name]) * scale * 1e6
-                for h in fabric.hosts}
-    occurrences: list[tuple[int, float]] = []
-    steps_sent: dict[str, int] = defaultdict(int)
-    for scalls in (step_calls if options.dilation is None else ()):  # only to choose the dilation
-        for c, _ in scalls:
-            per_nic_s = []
-            for t in _objects(dags[dag_of[(c.kind, c.size_bytes, c.group_ranks)]]).transfers:
-                a, b = host_of(t.src), host_of(t.dst)
-                if a == b:
-                    continue
-                steps_sent[a] += t.size_bytes
-                shared = [n for n in fabric.nics_of[a] if any(m.plane == n.plane for m in fabric.nics_of[b])]
-                per_nic_s.append(t.size_bytes / len(shared) * 8 / min(nic_bps[n.ip] for n in shared))
-            if per_nic_s:
-                occurrences.append((c.size_bytes, sorted(per_nic_s)[len(per_nic_s) // 2]))
-    steps_cost_s = max((b * 8 / host_bps[h] for h, b in steps_sent.items()), default=0.0)
+    # each DAG's transfers between hosts: (sender, receiver) host positions, and their transfers
+    pos = {h.name: i for i, h in enumerate(fabric.hosts)}
+    host_pairs = [_host_pairs(d, placement, pos) for d in dags]
     if options.dilation is not None:
         dilation = options.dilation
         bytes_scale = dilation * scale / 1000
         notes.append(f"dilation {dilation:g} as asked")
     else:
-        bytes_scale, why = choose_dilation(occurrences, steps_cost_s)
+        bytes_scale, why = choose_dilation(*_dilation_inputs(fabric, scale, step_calls, dags, dag_of, host_pairs))
         dilation = bytes_scale * 1000 / scale
         dilation = min(MAX_DILATION, max(MIN_DILATION, dilation))
         bytes_scale = dilation * scale / 1000
         notes.append(f"dilation {dilation:.4g} chosen: {why}")
 
-    conns: list[Connection] = []
     templates = []
-    if not placed:  # for the simulator: the DAGs at real sizes, nothing placed
-        for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
-            d = dag_of[(kind, size_real, ranks)]
-            templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                      (), dags[d], lane))
-    else:
-        # connections for every host pair with data on a lane, `channels` per shared plane
-        pairs: set[tuple[str, str, int]] = set()
-        for (kind, size, ranks, lane) in keys:
-            for t in _objects(dags[dag_of[(kind, size, ranks)]]).transfers:
-                a, b = host_of(t.src), host_of(t.dst)
-                if a != b:
-                    pairs.add((a, b, lane))
-        # the one rule (`fabric.flowsim.connections`): the simulator plans the very same connections
-        pos = {h.name: i for i, h in enumerate(fabric.hosts)}
-        n_hosts = len(fabric.hosts)
-        ordered = sorted(pairs, key=lambda p: (p[2], pos[p[0]], pos[p[1]]))
-        try:
-            planned = plan_connection_table(
-                fabric, entropy, np.asarray([pair_key(n_hosts, pos[a], pos[b], lane) for a, b, lane in ordered],
-                                            dtype=np.int64),
-                channels=options.channels, ports=options.ports, seed=options.seed)
-        except FlowSimError as exc:
-            raise ReplayError(str(exc)) from None
-        by_pair: dict[tuple[str, str, int], list[int]] = defaultdict(list)
-        nics = fabric.nic_ports
-        for i, (a, b, lane) in enumerate(ordered):  # (the planned pairs are in this order: by their key)
-            for k in range(int(planned.pair_ptr[i]), int(planned.pair_ptr[i + 1])):
-                src, dst = nics[int(planned.src_nic[k])], nics[int(planned.dst_nic[k])]
-                conn = Connection(len(conns), a, b, src.plane, int(planned.channel[k]), str(src.ip), str(dst.ip),
-                                  int(planned.sport[k]), lane, options.port + lane)
-                by_pair[(a, b, lane)].append(conn.id)
-                conns.append(conn)
-
-        for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
-            d = dag_of[(kind, size_real, ranks)]
-            dag = dags[d]
-            placed_t = []
-            for t in _objects(dag).transfers:
-                a, b = host_of(t.src), host_of(t.dst)
-                size = int(round(t.size_bytes * bytes_scale))
-                if a == b:
-                    parts: tuple[Part, ...] = ()
-                else:
-                    ids = by_pair[(a, b, lane)]
-                    # every part carries at least one byte; a 0-byte transfer is one 0-byte part
-                    split = [(cid, n) for cid, n in zip(ids, collectives.split_bytes(size, len(ids))) if n > 0]
-                    parts = tuple(Part(cid, n) for cid, n in split) if split else (Part(ids[0], 0),)
-                placed_t.append(PlacedTransfer(a, b, size, t.deps, parts))
-            _check_local_deps(_objects(dag), placed_t)
-            templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                      tuple(placed_t), dag, lane))
+    pair_keys = [np.zeros(0, dtype=np.int64)]
+    n_hosts = len(fabric.hosts)
+    for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
+        d = dag_of[(kind, size_real, ranks)]
+        templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
+                                  dags[d], lane))
+        a, b, _ = host_pairs[d]
+        pair_keys.append(pair_key(n_hosts, a, b, lane))
+    # connections for every host pair with data on a lane, `channels` per shared plane: the one rule
+    # (`fabric.flowsim.connections`), for both backends
+    try:
+        table = plan_connection_table(fabric, plan_entropy(PathTable(fabric)), np.concatenate(pair_keys),
+                                      channels=options.channels, ports=options.ports, seed=options.seed)
+    except FlowSimError as exc:
+        raise ReplayError(str(exc)) from None
 
     calls: list[Call] = []
     previous: list[int] = []  # a step waits for every call of the step before (across repetitions too)
@@ -521,22 +410,52 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions, *, p
         notes.append("the trace has no timings: collectives replayed one after another, compute "
                      f"{options.compute_gap_us:g} us before each (--compute-gap-us)")
     return ReplayPlan(workload, fabric, options, placement, dilation, bytes_scale, tuple(templates), tuple(calls),
-                      tuple(conns), tuple(notes))
+                      table, tuple(notes))
 
 
-def _objects(dag: TransferDag | TransferColumns) -> TransferDag:
-    """The DAG as objects: what the placed plan is built from (a plan for the simulator has columns)."""
-    if not isinstance(dag, TransferDag):
-        raise ReplayError(f"{dag.label}: the placed plan needs the DAG as objects")
-    return dag
+def _host_pairs(dag: TransferColumns, placement: Placement, pos: dict[str, int]) -> tuple[IntArray, IntArray, IntArray]:
+    """The DAG's transfers between two hosts under `placement`: (sender, receiver) host positions and the
+    transfers' indexes (the others are local: both ranks on one host)."""
+    rank_host = np.zeros(max(dag.ranks, default=-1) + 1, dtype=np.int64)
+    for r in dag.ranks:
+        rank_host[r] = pos[placement.host(r)]
+    a, b = rank_host[dag.src], rank_host[dag.dst]
+    remote = np.flatnonzero(a != b)
+    return a[remote], b[remote], remote
 
 
-def _check_local_deps(dag: TransferDag, placed: Sequence[PlacedTransfer]) -> None:
-    """Every dependency of a transfer must be known to its sending host: a transfer it received, or
-    one it sent itself (the agents know nothing else)."""
-    for i, t in enumerate(placed):
-        for d in t.deps:
-            dep = placed[d]
-            if t.src_host not in (dep.dst_host, dep.src_host):
-                raise ReplayError(f"{dag.label}: transfer {i} ({t.src_host} -> {t.dst_host}) depends on transfer "
-                                  f"{d} ({dep.src_host} -> {dep.dst_host}), which its host never sees")
+def _dilation_inputs(fabric: Fabric, scale: float, step_calls: list[list[tuple[Collective, list[tuple[int, int]]]]],
+                     dags: Sequence[TransferColumns], dag_of: dict[tuple[str, int, tuple[int, ...]], int],
+                     host_pairs: Sequence[tuple[IntArray, IntArray, IntArray]]) -> tuple[list[tuple[int, float]], float]:
+    """`choose_dilation`'s inputs: per collective occurrence, (real bytes, the emulated seconds its median
+    network transfer takes on one sender NIC at bytes scale 1: split over the NICs of the planes both hosts
+    share, at the slowest of them), and the emulated seconds one pass over the steps takes (the busiest
+    host's bytes over its NICs)."""
+    hosts = fabric.hosts
+    nic_bps = {n.ip: n.rate_gbps * scale * 1e6 for n in fabric.nic_ports}
+    host_bps = np.asarray([sum(n.rate_gbps for n in fabric.nics_of[h.name]) * scale * 1e6 for h in hosts])
+    shared_of: dict[tuple[int, int], tuple[int, float]] = {}  # (sender, receiver) -> (NICs shared, slowest bps)
+    per_dag: dict[int, tuple[IntArray, float | None]] = {}  # DAG -> (bytes sent per host, median seconds)
+    for d, (a, b, remote) in enumerate(host_pairs):
+        size = dags[d].size_bytes[remote]
+        count = np.empty(a.size, dtype=np.float64)
+        slowest = np.empty(a.size, dtype=np.float64)
+        for k, (x, y) in enumerate(zip(a.tolist(), b.tolist())):
+            if (x, y) not in shared_of:
+                mine, theirs = fabric.nics_of[hosts[x].name], fabric.nics_of[hosts[y].name]
+                shared = [n for n in mine if any(m.plane == n.plane for m in theirs)]
+                shared_of[(x, y)] = (len(shared), min(nic_bps[n.ip] for n in shared))
+            count[k], slowest[k] = shared_of[(x, y)]
+        per_nic_s = np.sort(size / count * 8 / slowest)
+        per_dag[d] = (np.bincount(a, weights=size, minlength=len(hosts)).astype(np.int64),
+                      float(per_nic_s[len(per_nic_s) // 2]) if per_nic_s.size else None)
+    occurrences: list[tuple[int, float]] = []
+    sent = np.zeros(len(hosts), dtype=np.int64)
+    for scalls in step_calls:
+        for c, _ in scalls:
+            by_host, median_s = per_dag[dag_of[(c.kind, c.size_bytes, c.group_ranks)]]
+            sent += by_host
+            if median_s is not None:
+                occurrences.append((c.size_bytes, median_s))
+    steps_cost_s = float((sent * 8 / host_bps).max()) if bool((sent > 0).any()) else 0.0
+    return occurrences, steps_cost_s

@@ -1,20 +1,20 @@
-"""A workload on the flow-level simulator (`fabric.flowsim`), with the replay's plan and report.
+"""The simulator backend's side in traffic (`fabric.flowsim`): a plan run on the flow-level simulator.
 
-    result = simulate_replay(workload, "trace.json.gz", topofile.load("dual-plane-1024"), "adaptive",
-                             ReplayOptions(), SimOptions(per_hop_s=1e-6))
+    plan = plan_for_simulation(workload, topofile.load("dual-plane-1024"), ReplayOptions())
+    run = simulate_plan(plan, "adaptive", SimOptions(per_hop_s=1e-6))   # a BackendRun
+    result = build_result(plan, run, trace="trace.json.gz", routing="adaptive")
 
-The same plan as the emulation replay (`plan_replay`: calls matched across ranks, their order and
-dependencies, the collective schedules, the placement), planned at the real rates (link scale 1000
-Mbit/s per Gbit/s, dilation 1: nothing is scaled). Each call becomes one simulator job: its
+The same plan as the emulation's (`plan_replay`: calls matched across ranks, their order and
+dependencies, the collective schedules, the placement, the connections), planned at the real rates (link
+scale 1000 Mbit/s per Gbit/s, dilation 1: nothing is scaled). Each call becomes one simulator job: its
 collective's transfer DAG at real sizes, placed on the plan's hosts, started once the calls it
 depends on have completed. The routing policy is the controller's (`fabric.routing.load_policy`),
 driven by the link events given (a link down or up at a real time since the first collective).
 
-The result is the replay's `RunResult` (backend "flowsim"): per-collective times and bandwidths, step
-timelines composed from the trace's compute with the simulated durations (as the replay composes
-them), per-link utilisation over `LINK_BINS` equal intervals, the link events as faults, and the
-policy's reroutes as controller events. What the simulator models and does not is in
-`fabric.flowsim.executor`; the report says it.
+What it measures beside the calls' times (`BackendRun`): per-link utilisation over `LINK_BINS` equal
+intervals of the run, the link events as faults, the policy's reroutes as controller events, the ECMP
+collisions of the plan's connections, and notes on the model. What the simulator models and does not
+is in `fabric.flowsim`; the report says it. `fabriclab.backends.Simulated` runs it for the CLI.
 """
 from __future__ import annotations
 
@@ -22,26 +22,23 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
 from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, SimProgress, directed_links, simulate
 from fabric.flowsim.collisions import ecmp_collisions
-from fabric.flowsim.connections import ConnectionTable, pair_key, plan_connection_table
 from fabric.flowsim.routes import LinkRoutes
 from fabric.model import Fabric
-from fabric.routing import PathTable, RoutingPolicy, load_policy
-from fabric.transfers import TransferColumns
-from traffic.replay.analyse import busiest_links, collective_results, step_results
-from traffic.replay.driver import CallTiming, RawRun
+from fabric.routing import PathTable, load_policy
 from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
-from traffic.results import Fidelity, LinkSeries, RunMeta, RunResult
+from traffic.replay.result import busiest_links
+from traffic.replay.timings import BackendRun, CallTimes, RunProgress, RunTimings
+from traffic.results import Fidelity, LinkSeries
 from traffic.workload import Workload
 
 #: link utilisation is reported over this many equal intervals of the run
 LINK_BINS = 200
-#: How an all-to-all's n - 1 rounds are simulated (`simulate_replay`'s `all_to_all`):
+#: How an all-to-all's n - 1 rounds are simulated (`simulate_plan`'s `all_to_all`):
 #: - "exact": the DAG as scheduled (pairwise: a rank's round-k send waits for its round k - 1 receive, so
 #:   rounds drift into each other where ECMP collisions slow some flows; ~n^2 transfers, each flow end an
 #:   event: at 512 hosts on pyramid hashed ECMP 4e5 rate computations, minutes);
@@ -91,34 +88,13 @@ def parse_link_event(text: str, fabric: Fabric, up: bool) -> LinkEvent:
 
 def plan_for_simulation(workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
     """The replay's plan at the real rates: nothing scaled (bytes scale 1, dilation 1)."""
-    return plan_replay(workload, fabric, dataclasses.replace(options, mbps_per_gbps=REAL_MBPS_PER_GBPS, dilation=1.0),
-                       placed=False)
-
-
-@dataclass(frozen=True)
-class RunProgress:
-    """How far `simulate_replay` is: its stage ("plan", "connections", "simulate"), the calls completed,
-    the share of the run's bytes they carry (what the time to go follows best: a call's cost grows with its
-    transfers), the simulated time so far against the recorded durations of the calls (their sum, where
-    the trace has timings; 0 where not), events and rate computations, and the wall time the simulation
-    stage has taken so far."""
-
-    stage: str
-    calls_done: int = 0
-    calls: int = 0
-    bytes_share: float = 0.0
-    sim_s: float = 0.0
-    recorded_s: float = 0.0
-    events: int = 0
-    rate_updates: int = 0
-    wall_s: float = 0.0
+    return plan_replay(workload, fabric, dataclasses.replace(options, mbps_per_gbps=REAL_MBPS_PER_GBPS, dilation=1.0))
 
 
 def sample_phases(n_ranks: int, model: str) -> tuple[bool | None, int]:
     """(the job's lockstep, its phase sampling) for an all-to-all over `n_ranks` under `model` (A2A_MODELS);
     None: as the options say."""
-    if model not in A2A_MODELS:
-        raise ReplayError(f"all-to-all model must be one of {', '.join(A2A_MODELS)}, got {model!r}")
+    check_all_to_all(model)
     if model == "auto":
         model = "exact" if n_ranks <= A2A_EXACT_MAX else "sampled"
     if model == "exact":
@@ -128,22 +104,25 @@ def sample_phases(n_ranks: int, model: str) -> tuple[bool | None, int]:
     return True, max(1, math.ceil((n_ranks - 1) / A2A_SAMPLED_ROUNDS))
 
 
-def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routing: str, options: ReplayOptions,
-                    sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = (),
-                    all_to_all: str = "auto", progress: Callable[[RunProgress], None] | None = None) -> RunResult:
+def check_all_to_all(model: str) -> None:
+    if model not in A2A_MODELS:
+        raise ReplayError(f"all-to-all model must be one of {', '.join(A2A_MODELS)}, got {model!r}")
+
+
+def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = (),
+                  all_to_all: str = "auto", progress: Callable[[RunProgress], None] | None = None) -> BackendRun:
+    """`plan` (`plan_for_simulation`'s) on the simulator under `routing`: its calls' times and measurements."""
     sim = sim or SimOptions()
-    if all_to_all not in A2A_MODELS:  # before anything is planned
-        raise ReplayError(f"all-to-all model must be one of {', '.join(A2A_MODELS)}, got {all_to_all!r}")
+    check_all_to_all(all_to_all)
     tell = progress or (lambda p: None)
-    tell(RunProgress("plan"))
     wall0, t0 = time.time(), time.monotonic()
-    plan = plan_for_simulation(workload, fabric, options)
+    fabric = plan.fabric
     sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed,
                               transfer_times=False)  # the report needs the calls' times only
     policy = load_policy(routing)(PathTable(fabric))
     # every link up; each lane's connections counted among themselves (a stream's calls run one at a time)
     tell(RunProgress("connections", calls=len(plan.calls)))
-    table = simulated_connections(plan, policy, sim)
+    table = plan.connections
     routes = LinkRoutes(fabric, policy, directed_links(fabric)[0])
     paths = routes.rows(table.src_nic, table.dst_nic, table.sport)  # walked once: the run starts on them
     n = len(fabric.hosts)
@@ -156,8 +135,6 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
     a2a: set[tuple[str, int]] = set()  # (model, ranks) of the all-to-alls, for the note
     for call in plan.calls:
         tpl = plan.templates[call.template]
-        if tpl.dag is None:
-            raise ReplayError(f"call {call.id}: its template has no transfer DAG")
         lock, every = (None, 1)
         if tpl.kind == "all_to_all" and not sim.cut_through:
             lock, every = sample_phases(len(tpl.ranks), all_to_all)
@@ -181,38 +158,26 @@ def simulate_replay(workload: Workload, trace_label: str, fabric: Fabric, routin
         raise ReplayError(f"the simulation stalled: {len(res.stalled)} transfer(s) never delivered, first in call "
                           f"{call.id} ({call.collective.kind}, step {call.step}): no live path between its hosts "
                           "after the link events given")
-    timings = [CallTiming(c.id, float(res.job_start_s[c.id]), float(res.job_end_s[c.id])) for c in plan.calls]
-    raw = RawRun(timings, [], 1.0, 0.0, float(np.nanmax(res.job_end_s)) if len(res.job_end_s) else 0.0, wall0)
-    colls = collective_results(plan, raw)
-    steps = step_results(plan, colls)
+    calls = tuple(CallTimes(c.id, float(res.job_start_s[c.id]), float(res.job_end_s[c.id])) for c in plan.calls)
     interval, links = link_series(fabric, res)
     overheads = f"{sim.per_transfer_s * 1e6:g} us per transfer, {sim.per_hop_s * 1e6:g} us per hop"
-    meta = RunMeta(
-        trace=trace_label, trace_format=plan.workload.format, workload=plan.workload.name, backend="flowsim",
-        topology=fabric.name, routing=routing, ranks=plan.workload.world_size, hosts=len(plan.hosts()),
-        placement=plan.options.placement, algorithm=plan.options.algorithm, channels=plan.options.channels,
-        mbps_per_gbps=plan.mbps_per_gbps, dilation=plan.dilation, bytes_scale=plan.bytes_scale,
-        compute=plan.options.compute, repeat=plan.options.repeat, steps_recorded=plan.workload.steps,
-        started_wall=wall0, duration_s=time.monotonic() - t0,
-        notes=(*plan.workload.notes, *(n for n in plan.notes if not n.startswith(("link scale", "dilation"))),
-               MODEL_NOTE.format(overheads=overheads, forwarding=(
-                   "cut-through, as the emulation replay forwards: a transfer begins with what it depends on, a "
-                   "pair's transfers in turn" if sim.cut_through else
-                   "store and forward: a transfer starts once its dependencies are delivered in full (the "
-                   "emulation replay forwards cut-through)"), feedback=(
-                   f"every {sim.poll_s * 1e3:g} ms (exact link and slot rates to the policy; {res.polls} polls, "
-                   f"{res.congestion_moves} slots moved)" if sim.poll_s > 0 else "off")),
-               f"simulator cost: {res.rate_updates} rate computations, {res.route_changes} link events",
-               *_a2a_notes(a2a, res)),
-        ports=plan.options.ports,
-    )
+    notes = (MODEL_NOTE.format(overheads=overheads, forwarding=(
+                 "cut-through, as the emulation replay forwards: a transfer begins with what it depends on, a "
+                 "pair's transfers in turn" if sim.cut_through else
+                 "store and forward: a transfer starts once its dependencies are delivered in full (the "
+                 "emulation replay forwards cut-through)"), feedback=(
+                 f"every {sim.poll_s * 1e3:g} ms (exact link and slot rates to the policy; {res.polls} polls, "
+                 f"{res.congestion_moves} slots moved)" if sim.poll_s > 0 else "off")),
+             f"simulator cost: {res.rate_updates} rate computations, {res.route_changes} link events",
+             *_a2a_notes(a2a, res))
     faults = tuple({"kind": "link", "target": f"{e.switch}:{e.port}", "up": e.up, "at_emu_s": e.time_s}
                    for e in sorted(link_events, key=lambda e: e.time_s))
     events = tuple({"time_s": e.time_s, "cause": m.cause, "trigger": e.trigger, "switch": m.switch, "dest": m.dest,
                     "slot": m.slot, "old_port": m.old_port, "new_port": m.new_port, "decision_us": e.decision_us,
                     "at_emu_s": e.time_s} for e in policy.events() for m in e.moves)
-    return RunResult(meta, tuple(colls), tuple(steps), interval, tuple(links), _fidelity(links, interval), faults,
-                     events, extra={"ecmp": ecmp})
+    timings = RunTimings(calls, t0, time.monotonic(), wall0)
+    return BackendRun("flowsim", timings, interval, tuple(links), _fidelity(links, interval), faults, events, notes,
+                      scaled=False, extra={"ecmp": ecmp})
 
 
 def _a2a_notes(models: set[tuple[str, int]], res: FlowSimResult) -> tuple[str, ...]:
@@ -229,27 +194,6 @@ def _a2a_notes(models: set[tuple[str, int]], res: FlowSimResult) -> tuple[str, .
                        f"{k} simulated, the block's others run as it ran, their bytes on their own paths "
                        f"({res.phases_sampled} rounds in this run; error measured in benchmarks/RESULTS.md)")
     return tuple(out)
-
-
-def simulated_connections(plan: ReplayPlan, policy: RoutingPolicy, sim: SimOptions) -> ConnectionTable:
-    """The connections the simulator gives the plan's host pairs, every lane's (`fabric.flowsim.connections`:
-    a set per lane, as the replay's)."""
-    index = {h.name: i for i, h in enumerate(plan.fabric.hosts)}
-    n = len(index)
-    keys = [np.zeros(0, dtype=np.int64)]
-    for t in plan.templates:
-        if t.dag is None:
-            continue
-        cols = t.dag if isinstance(t.dag, TransferColumns) else t.dag.columns
-        if not len(cols):
-            continue
-        rank_host = np.zeros(max(cols.ranks) + 1, dtype=np.int64)
-        for r in cols.ranks:
-            rank_host[r] = index[plan.placement.host(r)]
-        a, b = rank_host[cols.src], rank_host[cols.dst]
-        keys.append(np.unique(pair_key(n, a[a != b], b[a != b], t.lane)))
-    return plan_connection_table(plan.fabric, policy.entropy, np.concatenate(keys), channels=sim.channels,
-                                 ports=sim.ports, seed=sim.seed)
 
 
 def link_series(fabric: Fabric, res: FlowSimResult, bins: int = LINK_BINS) -> tuple[float, list[LinkSeries]]:

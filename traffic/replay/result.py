@@ -1,18 +1,18 @@
-"""From a replay's raw timings to its `RunResult` (pure): real-unit durations and bandwidths per
-collective, composed step timelines, per-link utilisation over time, and the fidelity statement.
+"""From a run's timings to its `RunResult` (pure), for both backends: real-unit durations and bandwidths
+per collective, composed step timelines, and the run's description.
 
-- A collective's real duration is its emulated duration divided by the dilation; algbw = real bytes x
-  8 / real seconds, busbw = algbw x the nccl-tests factor (`traffic.metrics`).
+- A collective's real duration is its duration in the backend's clock divided by the dilation (the
+  simulator's is 1); algbw = real bytes x 8 / real seconds, busbw = algbw x the nccl-tests factor
+  (`traffic.metrics`).
 - Steps are composed, not slept (docs/architecture.md): each rank's recorded step is rebuilt by
   `traffic.metrics.compose_step` with the measured durations of its collectives; step, compute,
   exposed communication and idle time are measured on that timeline. A data-parallel trace mapped onto
   N ranks has N identical ranks: one timeline stands for all (rank -1). A multi-rank trace gets one row
   per rank plus the slowest rank's as rank -1. A trace without timings composes compute gaps of
   `compute_gap_us` before each collective, one after the other.
-- Links: utilisation of every directed switch port per sample interval, from the counters sampled
-  during the run, against its emulated capacity.
-- Fidelity: how idle the CPU was (below 5% idle the emulator was CPU-bound: figures then understate the
-  fabric), and for the busiest links the delivered rate while busy against the goodput bound.
+- What only a backend can measure (its links over time, its fidelity, faults and reroutes) comes in its
+  `traffic.replay.timings.BackendRun`: the emulation's from port counters and the CPU
+  (`traffic.replay.emulated`), the simulator's from its load log (`traffic.replay.simulate`).
 """
 from __future__ import annotations
 
@@ -20,19 +20,18 @@ from collections import defaultdict
 from typing import Any
 
 from traffic import metrics
-from traffic.replay.driver import RawRun
-from traffic.replay.plan import GOODPUT_SHARE, ReplayPlan
-from traffic.results import CollectiveResult, Fidelity, LinkSeries, RunMeta, RunResult, StepResult
+from traffic.replay.plan import SCALING_NOTES, ReplayPlan
+from traffic.replay.timings import BackendRun, RunTimings
+from traffic.results import CollectiveResult, LinkSeries, RunMeta, RunResult, StepResult
 from traffic.workload import Step
 
-CPU_BOUND_IDLE_SHARE = 0.05
 BUSY_UTIL = 0.05  # a link is busy in an interval above this utilisation
 
 
-def collective_results(plan: ReplayPlan, raw: RawRun) -> list[CollectiveResult]:
-    t_first = min(t.start_s for t in raw.timings)
+def collective_results(plan: ReplayPlan, timings: RunTimings) -> list[CollectiveResult]:
+    t_first = min(t.start_s for t in timings.calls)
     out = []
-    for call, tm in zip(plan.calls, raw.timings):
+    for call, tm in zip(plan.calls, timings.calls):
         t = plan.templates[call.template]
         emu_s = max(tm.end_s - tm.start_s, 1e-9)
         real_us = emu_s / plan.dilation * 1e6
@@ -85,31 +84,6 @@ def step_results(plan: ReplayPlan, colls: list[CollectiveResult]) -> list[StepRe
     return out
 
 
-def link_series(plan: ReplayPlan, raw: RawRun) -> tuple[float, list[LinkSeries]]:
-    samples = [(t, c) for t, c in raw.samples if raw.started_s - 1.0 <= t <= raw.ended_s + 1.0]
-    fab = plan.fabric
-    if len(samples) < 2:
-        return 0.0, []
-    interval = (samples[-1][0] - samples[0][0]) / (len(samples) - 1)
-    out = []
-    for link in fab.links:
-        for end, other in ((link.a, link.b), (link.b, link.a)):
-            if end.node not in fab.switch_by_name:
-                continue
-            key = (end.node, end.port)
-            cap = link.rate_gbps * plan.mbps_per_gbps * 1e6
-            got = [c.get(key) for _, c in samples]
-            values = [v for v in got if v is not None]
-            if len(values) != len(got):
-                continue
-            util = tuple(max(0.0, (b - a) * 8 / (t1 - t0) / cap) if t1 > t0 else 0.0
-                         for (t0, _), (t1, _), a, b in zip(samples, samples[1:], values, values[1:]))
-            tier = "host" if other.node in fab.host_by_name else "fabric"
-            out.append(LinkSeries(end.node, end.port, other.node, cap, tier, fab.switch_by_name[end.node].plane,
-                                  int(values[-1] - values[0]), util))
-    return interval, out
-
-
 def busiest_links(links: list[LinkSeries], interval_s: float, bound_share: float) -> list[dict[str, Any]]:
     """The 8 links that carried the most: their delivered rate while busy (> BUSY_UTIL) against
     `bound_share` x capacity."""
@@ -125,39 +99,21 @@ def busiest_links(links: list[LinkSeries], interval_s: float, bound_share: float
     return rows
 
 
-def fidelity(raw: RawRun, links: list[LinkSeries], interval_s: float) -> Fidelity:
-    warnings = []
-    cpu_bound = raw.cpu_idle_share < CPU_BOUND_IDLE_SHARE
-    rows = busiest_links(links, interval_s, GOODPUT_SHARE)
-    if cpu_bound:
-        warnings.append(f"CPU-bound: the machine was {raw.cpu_idle_share:.1%} idle during the replay; the emulated "
-                        "datapath may have lagged its link rates, so times are upper bounds")
-    if rows and max(r["ratio"] for r in rows) < 0.5:
-        warnings.append("no link came within half of its goodput bound while busy: the collectives were "
-                        "latency-bound at this dilation (raise --dilation)")
-    return Fidelity(raw.cpu_idle_share, cpu_bound, tuple(rows), tuple(warnings))
-
-
-def build_result(plan: ReplayPlan, raw: RawRun, *, trace: str, topology: str, routing: str,
-                 faults: list[dict[str, Any]] | None = None, events: list[dict[str, Any]] | None = None,
-                 extra_notes: tuple[str, ...] = ()) -> RunResult:
-    colls = collective_results(plan, raw)
+def build_result(plan: ReplayPlan, run: BackendRun, *, trace: str, routing: str) -> RunResult:
+    """The one `RunResult` of both backends: per-collective times and bandwidths and composed steps from
+    the calls' times, the run's description (`RunMeta`) from the plan, the rest as the backend measured it."""
+    colls = collective_results(plan, run.timings)
     steps = step_results(plan, colls)
-    interval, links = link_series(plan, raw)
     opts = plan.options
+    plan_notes = plan.notes if run.scaled else tuple(n for n in plan.notes if not n.startswith(SCALING_NOTES))
     meta = RunMeta(
-        trace=trace, trace_format=plan.workload.format, workload=plan.workload.name, backend="emulation",
-        topology=topology, routing=routing, ranks=plan.workload.world_size, hosts=len(plan.hosts()),
+        trace=trace, trace_format=plan.workload.format, workload=plan.workload.name, backend=run.backend,
+        topology=plan.fabric.name, routing=routing, ranks=plan.workload.world_size, hosts=len(plan.hosts()),
         placement=opts.placement, algorithm=opts.algorithm, channels=opts.channels,
         mbps_per_gbps=plan.mbps_per_gbps, dilation=plan.dilation, bytes_scale=plan.bytes_scale,
         compute=opts.compute, repeat=opts.repeat, steps_recorded=plan.workload.steps,
-        started_wall=raw.started_wall, duration_s=raw.ended_s - raw.started_s,
-        notes=tuple(plan.workload.notes) + tuple(plan.notes) + extra_notes, ports=opts.ports,
+        started_wall=run.timings.started_wall, duration_s=run.timings.ended_s - run.timings.started_s,
+        notes=(*plan.workload.notes, *plan_notes, *run.notes), ports=opts.ports,
     )
-    t0 = min(t.start_s for t in raw.timings)
-    fl = [dict(f, at_emu_s=f["at_s"] - t0) for f in (faults or [])]
-    ev = [dict(e, at_emu_s=e["time_s"] - t0) for e in (events or []) if raw.started_s <= e["time_s"] <= raw.ended_s]
-    t_first = min(t.start_s for t in raw.timings)
-    first_sample = next((t for t, _ in raw.samples if raw.started_s - 1.0 <= t <= raw.ended_s + 1.0), t_first)
-    return RunResult(meta, tuple(colls), tuple(steps), interval, tuple(links), fidelity(raw, links, interval),
-                     tuple(fl), tuple(ev), link_origin_emu_s=first_sample - t_first)
+    return RunResult(meta, tuple(colls), tuple(steps), run.link_interval_s, run.links, run.fidelity, run.faults,
+                     run.events, extra=run.extra, link_origin_emu_s=run.link_origin_emu_s)

@@ -1,0 +1,413 @@
+"""The `fabriclab` commands (`fabriclab.cli` parses their arguments): each turns its arguments into library
+calls and prints their results; the rules and the work live in the library (`fabriclab.backends`,
+`fabriclab.checkup`, `fabriclab.compare`, `fabriclab.calibrate`, `traffic`, `fabric`).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from fabric import topofile
+from fabric.analysis import TopoSummary, summarize
+from fabric.emulation import EmulationOptions
+from fabric.errors import FabriclabError
+from fabriclab.progress import ProgressView
+from traffic.formatting import format_bytes, format_us
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, dict):
+        return ", ".join(f"{k} {_fmt(x)}" for k, x in v.items()) or "-"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+_LABELS = {
+    "name": "name",
+    "planes": "planes",
+    "hosts": "hosts",
+    "switches": "switches",
+    "switches_by_role": "  by role",
+    "links": "links",
+    "nic_ports_per_host": "NIC ports per host",
+    "host_bandwidth_gbps": "per-host bandwidth (Gbit/s)",
+    "total_host_bandwidth_gbps": "total host bandwidth (Gbit/s)",
+    "bisection_bandwidth_gbps": "bisection bandwidth (Gbit/s)",
+    "bisection_ratio": "bisection / half the hosts' bandwidth",
+    "oversubscription": "oversubscription (down:up, worst per tier)",
+    "hops_min": "hops between hosts, min",
+    "hops_max": "hops between hosts, max",
+    "ecmp_paths_min": "equal-cost paths between hosts, min",
+    "ecmp_paths_max": "equal-cost paths between hosts, max",
+}
+
+
+def _show(summaries: list[TopoSummary], as_json: bool) -> str:
+    dicts = [s.to_dict() for s in summaries]
+    if as_json:
+        return json.dumps(dicts[0] if len(dicts) == 1 else dicts, indent=2)
+    width = max(len(v) for v in _LABELS.values()) + 2
+    lines = []
+    for key, label in _LABELS.items():
+        values = [_fmt(d[key]) for d in dicts]
+        mark = "  *" if len(values) > 1 and len(set(values)) > 1 and key != "name" else ""
+        lines.append(f"{label:<{width}}" + "".join(f"{v:<28}" for v in values).rstrip() + mark)
+    if len(dicts) > 1:
+        lines.append("(* marks what differs)")
+    return "\n".join(lines)
+
+
+def cmd_topo_show(args: argparse.Namespace) -> int:
+    summaries = [summarize(topofile.load(f)) for f in args.files]
+    print(_show(summaries, args.json))
+    return 0
+
+
+def cmd_topo_check(args: argparse.Namespace) -> int:
+    fab = topofile.load(args.file)
+    print(f"ok: {fab.name}: {len(fab.hosts)} hosts, {len(fab.switches)} switches, "
+          f"{len(fab.links)} links, planes {', '.join(p.name for p in fab.planes)}")
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from fabriclab.checkup import check_fabric, format_check
+
+    fab = topofile.load(args.topology)
+    opts = EmulationOptions(mbps_per_gbps=args.mbps_per_gbps, datapath=args.datapath,
+                            delay_us=args.delay_us, loss_pct=args.loss_pct)
+    log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
+    log(f"[fabriclab] bringing up {fab.name}: {len(fab.hosts)} hosts, {len(fab.switches)} switches, "
+        f"routing {args.routing}")
+
+    def while_up(lab: Any) -> None:
+        if args.cli:
+            lab.emulation.interactive()
+        elif args.hold:
+            log("[fabriclab] fabric is up; Ctrl-C tears it down")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+
+    check = check_fabric(fab, args.routing, opts, count=args.count, log=lambda msg: log(f"[fabriclab] {msg}"),
+                         while_up=while_up)
+    print(json.dumps(check.figures, indent=2) if args.json else format_check(check, fab))
+    return 0 if check.ok else 1
+
+
+def cmd_trace_show(args: argparse.Namespace) -> int:
+    from traffic.traces import load, summarize as summarize_trace
+
+    summary = summarize_trace(load(args.trace, compute_gap_us=args.compute_gap_us,
+                                   collectives_per_step=args.step_ops))
+    if args.json:
+        print(json.dumps(summary.to_dict(), indent=2))
+        return 0
+    print(f"trace        {summary.source} ({summary.format})")
+    print(f"ranks        {len(summary.ranks)} in the trace of a {summary.world_size}-rank job; "
+          f"{summary.steps} step(s) per rank; {'timed' if summary.timed else 'NO timings'}")
+    print(f"{'rank':>5} {'step':>6} {'duration':>11} {'compute':>11} {'exposed comm':>13} {'share':>7}  collectives")
+    for st in summary.step_summaries:
+        share = "-" if st.exposed_comm_share is None else f"{st.exposed_comm_share:.1%}"
+        kinds = ", ".join(f"{k.count} {k.kind} {format_bytes(k.size_bytes)}" for k in st.kinds)
+        print(f"{st.rank:>5} {st.number:>6} {format_us(st.duration_us):>11} {format_us(st.compute_us):>11} "
+              f"{format_us(st.exposed_comm_us):>13} {share:>7}  {kinds}")
+    for note in summary.notes:
+        print(f"note         {note}")
+    return 0
+
+
+def _replay_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    topologies = args.topology or ["dual-plane-16", "pyramid-16"]
+    routings = args.routing or (["adaptive", "ecmp"] if not args.topology else ["adaptive"] * len(topologies))
+    if len(routings) == 1 and len(topologies) > 1:
+        routings = routings * len(topologies)
+    if len(routings) != len(topologies):
+        raise FabriclabError(f"give one --routing per --topology ({len(topologies)} topologies, "
+                             f"{len(routings)} routings)")
+    return list(zip(topologies, routings))
+
+
+def _trace(args: argparse.Namespace) -> tuple[str, str]:
+    """The trace to run (the built-in recording by default) and its label."""
+    from traffic.traces import BUILTIN_TRACE
+
+    return (args.trace, args.trace) if args.trace else (str(BUILTIN_TRACE), f"builtin ({BUILTIN_TRACE.name})")
+
+
+def numpy_hugepage_advice_off() -> None:
+    """Turn numpy's huge-page advice off for this process and the ones it starts, unless
+    `NUMPY_MADVISE_HUGEPAGE` says otherwise. numpy advises the kernel to back every array of 4 MB and
+    more with huge pages; where transparent huge pages are `madvise` with defrag `madvise` (Debian's and
+    Ubuntu's default), the kernel compacts memory synchronously at the first touch of each such array,
+    and the simulator makes many short-lived ones: one 1024-GPU step took 2.5 s with the advice and
+    0.65 s without it here (`benchmarks/flowsim.py --hugepages default off`)."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return
+    os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"  # read at numpy's import: processes started later
+    import numpy as np
+
+    core = getattr(np, "_core", None) or getattr(np, "core")  # numpy 2 / numpy 1
+    core.multiarray._set_madvise_hugepage(False)
+
+
+def _sim_options(args: argparse.Namespace) -> Any:
+    """The simulator's options from `--per-transfer-us`, `--per-hop-us`, `--poll-ms` and `--forwarding`
+    (`_sim_args`); numpy's huge-page advice off (`numpy_hugepage_advice_off`)."""
+    from fabric.flowsim import SimOptions
+
+    numpy_hugepage_advice_off()
+
+    if args.per_transfer_us < 0 or args.per_hop_us < 0:
+        raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
+                             f"and {args.per_hop_us:g}")
+    if not args.poll_ms >= 0:
+        raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
+    return SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
+                      poll_s=args.poll_ms / 1e3, cut_through=args.forwarding == "cut-through")
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    return _run_workload(args, "emulation")
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    return _run_workload(args, "flowsim")
+
+
+def _run_workload(args: argparse.Namespace, backend: str) -> int:
+    """`replay` (emulation) and `sim` (flowsim): one trace over one or two (topology, routing) pairs,
+    a report per run and, for two, the comparison."""
+    from fabriclab.backends import Backend, Emulated, Simulated, describe_progress, run_workload
+    from traffic import report
+    from traffic.replay import ReplayOptions, default_ports
+    from traffic.traces import default_ranks, load
+
+    trace, label = _trace(args)
+    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
+    pairs = _replay_pairs(args)
+    fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
+    ranks = default_ranks(args.ranks, args.trace)
+    common = {"ranks": ranks, "placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
+              "repeat": args.repeat, "compute_gap_us": args.compute_gap_us or 0.0, "step_ops": args.step_ops}
+    if backend == "emulation":
+        opts = ReplayOptions(**common, mbps_per_gbps=args.mbps_per_gbps, dilation=args.dilation,  # type: ignore[arg-type]
+                             compute="slept" if args.sleep_compute else "composed")
+    else:
+        from traffic.replay.simulate import parse_link_event
+
+        opts = ReplayOptions(**common)  # type: ignore[arg-type]
+        sim_opts = _sim_options(args)
+        link_events = {fab.name: [parse_link_event(t, fab, up) for up, texts in ((False, args.link_down or []),
+                                                                                   (True, args.link_up or []))
+                                  for t in texts] for fab, _ in fabrics}
+    out = Path(args.out)
+    results = []
+    log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
+    verb = "replaying" if backend == "emulation" else "simulating"
+    for fab, routing in fabrics:
+        ports = default_ports(routing, args.ports)
+        run_opts = dataclasses.replace(opts, ports=ports, seed=args.seed)
+        sub = out / f"{fab.name}-{routing.replace(':', '_').replace('/', '_')}" if len(fabrics) > 1 else out
+        log(f"[fabriclab] {verb} {label} on {fab.name} ({routing})")
+        runner: Backend = (Emulated(log=lambda msg: log(f"[fabriclab] {msg}")) if backend == "emulation"
+                           else Simulated(sim_opts, link_events[fab.name], args.all_to_all))
+        with ProgressView(f"{backend} {fab.name} {routing}", quiet=args.json) as view:
+            result = run_workload(workload, label, fab, routing, run_opts, runner, out_dir=sub,
+                                  progress=lambda p: view.running({0: (p.bytes_share, describe_progress(p))})).result
+        report.write_report(result, sub)
+        results.append((sub, result))
+        log(f"[fabriclab] {fab.name} ({routing}): report in {sub / 'report.html'}")
+    if len(results) == 2:
+        report.write_comparison(results[0][1], results[1][1], out)
+    if args.json:
+        print(json.dumps({"runs": [{"dir": str(d), "summary": report.summarize(r).to_dict()} for d, r in results],
+                          "comparison": report.compare(results[0][1], results[1][1]).to_dict()
+                          if len(results) == 2 else None}, indent=2))
+    elif len(results) == 2:
+        print(report.format_comparison(report.compare(results[0][1], results[1][1])))
+        print(f"reports      {out / 'comparison.html'}, {results[0][0] / 'report.html'}, "
+              f"{results[1][0] / 'report.html'}")
+    else:
+        print(report.format_summary(report.summarize(results[0][1])))
+        print(f"report       {results[0][0] / 'report.html'}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from fabriclab import compare as cmp
+
+    trace, label = _trace(args)
+    if args.topology:
+        pairs = _replay_pairs(args)
+        series = [cmp.Series(t, r) for t, r in pairs]
+    else:
+        if args.routing:
+            raise FabriclabError("--routing needs --topology (one per topology)")
+        series = list(cmp.DEFAULT_SERIES)
+    sim = _sim_options(args)
+    if args.jobs is not None and args.jobs < 1:
+        raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
+    options: dict[str, Any] = {"placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
+                               "repeat": args.repeat, "seed": args.seed, "compute_gap_us": args.compute_gap_us or 0.0}
+    if args.ports != "auto":
+        options["ports"] = args.ports
+    if args.step_ops is not None:  # only when given: rows cached without it keep their keys
+        options["step_ops"] = args.step_ops
+    t0 = time.monotonic()
+    meta = {"trace": label, "series": [dataclasses.asdict(s) for s in series], "sizes": sorted(set(args.sizes)),
+            "options": options, "sim": dataclasses.asdict(sim), "lockstep": args.lockstep,
+            "all_to_all": args.all_to_all}
+    expected = len(series) * len(set(args.sizes))
+
+    def partial(rows: list[Any]) -> None:  # every finished row on disk at once: a stopped run keeps them
+        cmp.write(rows, cmp.seed_check(rows), Path(args.out),
+                  meta | {"complete": len(rows) == expected, "rows_expected": expected,
+                          "wall_s": time.monotonic() - t0})
+
+    with ProgressView("compare", quiet=args.json) as view:
+        def shown(p: Any) -> None:
+            view.items(p.rows_done, p.rows)
+            view.running({r.label: (r.bytes_share, r.describe()) for r in p.running})
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupted) if main else None  # workers end too (`_sweep`)
+        try:
+            rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
+                               cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
+                               progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all, on_rows=partial)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+    seed = cmp.seed_check(rows)
+    paths = cmp.write(rows, seed, Path(args.out), meta | {"complete": True, "rows_expected": expected,
+                                                          "wall_s": time.monotonic() - t0})
+    if args.json:
+        print(paths[0].read_text())
+    else:
+        print(cmp.format_table(rows, seed))
+        print(f"wrote        {', '.join(str(p) for p in paths)}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from traffic import report
+    from traffic.results import load_result
+
+    if len(args.dirs) > 2:
+        raise FabriclabError(f"give one run directory, or two to compare; got {len(args.dirs)}")
+    runs = [load_result(Path(d)) for d in args.dirs]
+    if len(runs) == 1:
+        paths = report.write_report(runs[0], Path(args.out or args.dirs[0]))
+        print(report.format_summary(report.summarize(runs[0])))
+    else:
+        out = Path(args.out or args.dirs[0])
+        paths = report.write_comparison(runs[0], runs[1], out)
+        print(report.format_comparison(report.compare(runs[0], runs[1])))
+    print("wrote        " + ", ".join(str(p) for p in paths if p.suffix in (".html", ".json")))
+    return 0
+
+
+def _emulated_runner(args: argparse.Namespace) -> Any:
+    """Run a workload on the emulation replay (`fabriclab.calibrate.EmulatedRun`), quietly or logged."""
+    from fabriclab.backends import Emulated, run_workload
+
+    log = (lambda msg: None) if args.json else (lambda msg: print(f"[fabriclab] {msg}", file=sys.stderr))
+
+    def run(workload: Any, fabric: Any, routing: str, options: Any) -> Any:
+        return run_workload(workload, workload.source, fabric, routing, options, Emulated(log=log)).result
+    return run
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from fabriclab import calibrate as cal_mod
+
+    fabrics = [(topofile.load(t), "adaptive") for t in (args.topology or ["dual-plane-16", "pyramid-16"])]
+    if args.dilation is not None and not args.dilation > 0:
+        raise FabriclabError(f"--dilation must be > 0, got {args.dilation:g}")
+    log = (lambda msg: None) if args.json else (lambda msg: print(f"[fabriclab] {msg}", file=sys.stderr))
+    cal = cal_mod.calibrate(fabrics, _emulated_runner(args), args.dilation or cal_mod.MICRO_DILATION, log=log)
+    cal.write(Path(args.out))
+    if args.json:
+        print(json.dumps(cal.to_dict(), indent=2))
+    else:
+        print(cal_mod.format_calibration(cal))
+        print(f"calibration  {args.out}")
+    return 0
+
+
+def cmd_crosscheck(args: argparse.Namespace) -> int:
+    from fabriclab import calibrate as cal_mod
+    from traffic.replay import ReplayOptions, default_ports
+    from traffic.traces import default_ranks, load
+
+    cal = cal_mod.Calibration.read(args.calibration)
+    trace, label = _trace(args)
+    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
+    if args.steps is not None:
+        if args.steps < 1:
+            raise FabriclabError(f"--steps must be >= 1, got {args.steps}")
+        workload = dataclasses.replace(workload, ranks=tuple(dataclasses.replace(r, steps=r.steps[:args.steps])
+                                                             for r in workload.ranks))
+    pairs = _replay_pairs(args)
+    fabrics = [(topofile.load(t), r) for t, r in pairs]
+    ranks = default_ranks(args.ranks, args.trace)
+    out: list[dict[str, Any]] = []
+    for fab, routing in fabrics:
+        ports = default_ports(routing, args.ports)
+        opts = ReplayOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
+                             ports=ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0,
+                             step_ops=args.step_ops)
+        rows, emulated, _ = cal_mod.crosscheck(workload, label, fab, routing, opts, cal, _emulated_runner(args))
+        out.append({"topology": fab.name, "routing": routing, "dilation": emulated.meta.dilation,
+                    "collectives": [dataclasses.asdict(r) | {"difference": r.difference,
+                                                             "bandwidth_bound": r.bandwidth_bound,
+                                                             "comparable": r.comparable} for r in rows]})
+        if not args.json:
+            print(f"{label} on {fab.name} ({routing}), emulated at dilation {emulated.meta.dilation:.4g}; "
+                  f"simulated with the calibration of {args.calibration}")
+            print(cal_mod.format_rows(rows))
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "crosscheck.json").write_text(json.dumps(out, indent=2) + "\n")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(f"figures      {Path(args.out) / 'crosscheck.json'}")
+    return 0
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from traffic.record import record
+
+    paths = record(Path(args.out), ranks=args.ranks, steps=args.steps)
+    print(f"recorded     {len(paths)} rank trace(s) in {args.out}")
+    return 0
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    from fabric.emulation import claims
+
+    if os.geteuid() != 0:
+        raise FabriclabError("clean removes processes, namespaces and interfaces: run it as root (sudo)")
+    live = [c for c in claims.claims() if not c.stale]
+    removed = claims.reclaim_stale()
+    for c, left in removed:
+        print(f"removed      {c.path.name}: {len(left.pids)} processes, {len(left.namespaces)} namespaces, "
+              f"{len(left.paths)} files or directories, {len(left.bridges)} bridges, {len(left.interfaces)} interfaces")
+    print(f"clean        {len(removed)} stale run(s) removed, {len(live)} live run(s) left alone")
+    return 0
