@@ -67,7 +67,7 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
         max_min_rates_vectorised,
         simulate,
     )
-    from fabric.flowsim import executor
+    from fabric.flowsim import flows
     from fabric.routing import EcmpPolicy, PathTable
     from fabric.transfers import Placement
     from traffic import collectives
@@ -92,7 +92,7 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     build_s = time.perf_counter() - t1
 
     samples: list[tuple[int, Any, Any, Any]] = []
-    real = executor.max_min_rates_on_paths
+    real = flows.max_min_rates_on_paths
 
     def recording(paths, cap):  # keep the first inputs for the speed ratio (not timed in the step)
         if len(samples) < ratio_samples:
@@ -100,14 +100,14 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
             samples.append((paths.shape[0], flow.astype(np.intp), paths[flow, link].astype(np.intp), cap))
         return real(paths, cap)
 
-    executor.max_min_rates_on_paths = recording
+    flows.max_min_rates_on_paths = recording
     try:
         t1 = time.perf_counter()
         res = simulate(fab, policy, [Job(dag, placement)],
                        options=SimOptions(ports=ports, lockstep=lockstep, transfer_times=False))
         step_s = time.perf_counter() - t1
     finally:
-        executor.max_min_rates_on_paths = real
+        flows.max_min_rates_on_paths = real
     fast_s = vec_s = ref_s = 0.0
     worst = 0.0
     vec_wins = 0

@@ -69,13 +69,13 @@ def test_per_hop_latency_follows_the_slowest_link_of_the_ring():
 
 
 def test_cost_grows_with_events_not_simulated_time(monkeypatch):
-    from fabric.flowsim import executor
+    from fabric.flowsim import phases
 
     fab = topofile.load("dual-plane-16")
     small = schedule("all_reduce", 2**20, list(range(16)), "ring")
     large = schedule("all_reduce", 2**30, list(range(16)), "ring")
     for replay in (False, True):
-        monkeypatch.setattr(executor, "PHASE_REPLAY", replay)
+        monkeypatch.setattr(phases, "PHASE_REPLAY", replay)
         _, a = run("dual-plane-16", [Job(small, one_rank_per_host(fab, 16))])
         _, b = run("dual-plane-16", [Job(large, one_rank_per_host(fab, 16))])
         assert b.job_time_s[0] == pytest.approx(a.job_time_s[0] * 1024, rel=1e-6)
@@ -177,13 +177,13 @@ def test_jobs_one_after_another_share_one_pool_and_keep_their_transfer_times():
 def test_a_load_log_over_its_budget_keeps_every_links_bytes_at_a_coarser_resolution(monkeypatch):
     # two flows of different lengths over the failed-uplink case give intervals of different loads;
     # with a budget of a few entries the log is coarsened, and each link's bytes stay as they were
-    from fabric.flowsim import executor
+    from fabric.flowsim import load_log
 
     fab = topofile.load("leaf-spine-16")
     events = [LinkEvent(1e-5, "leafA0", 1), LinkEvent(3e-5, "leafA0", 1, up=True)]
     jobs = [leaf_to_leaf(fab, 2**20), dataclasses.replace(leaf_to_leaf(fab, 2**21), start_s=2e-5)]
     _, fine = run("leaf-spine-16", jobs, link_events=events)
-    monkeypatch.setattr(executor, "LOAD_LOG_ENTRIES", 20)
+    monkeypatch.setattr(load_log, "LOAD_LOG_ENTRIES", 20)
     _, coarse = run("leaf-spine-16", jobs, link_events=events)
     assert fine.coarsened == 0 and coarse.coarsened >= 1
     assert len(coarse.edges_s) < len(fine.edges_s)
@@ -197,7 +197,7 @@ def test_a_long_load_log_is_coarsened_a_few_times_not_at_every_event(monkeypatch
     # budget of 300 entries, the log is halved and later intervals are at least as long as its mean
     # one: a handful of halvings (each halving at least halves the intervals' count: a log that
     # coarsened at every new interval past the budget would do it hundreds of times), bytes kept
-    from fabric.flowsim import executor
+    from fabric.flowsim import load_log
     from traffic.collectives import schedule_columns
 
     fab = topofile.load("pyramid-16")
@@ -206,7 +206,7 @@ def test_a_long_load_log_is_coarsened_a_few_times_not_at_every_event(monkeypatch
                 start_s=k * 0.01) for k in range(6)]
     opts = SimOptions(ports="hashed")
     _, fine = run("pyramid-16", jobs, options=opts)
-    monkeypatch.setattr(executor, "LOAD_LOG_ENTRIES", 300)
+    monkeypatch.setattr(load_log, "LOAD_LOG_ENTRIES", 300)
     _, coarse = run("pyramid-16", jobs, options=opts)
     intervals = len(fine.edges_s) - 1
     assert fine.coarsened == 0 and intervals > 1000

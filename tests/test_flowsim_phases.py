@@ -80,11 +80,11 @@ def _inside_a_step(case, fab, jobs, switch):
 
 def _with_and_without_replays(monkeypatch, topo, jobs, opts, events):
     """The same run with every phase simulated and with phase replays: (every, replayed)."""
-    from fabric.flowsim import executor
+    from fabric.flowsim import phases
 
     results = {}
     for replay in (False, True):
-        monkeypatch.setattr(executor, "PHASE_REPLAY", replay)
+        monkeypatch.setattr(phases, "PHASE_REPLAY", replay)
         results[replay] = run(topo, jobs, options=opts, link_events=events)[1]
     assert results[False].phases_replayed == 0
     return results[False], results[True]
@@ -203,7 +203,7 @@ def test_replayed_phases_without_lockstep_give_the_times_and_loads_of_simulating
 
 
 def test_the_tight_phases_of_a_dag_are_worked_out_from_its_dependencies():
-    from fabric.flowsim.executor import _Template
+    from fabric.flowsim.shapes import _Template
 
     fab = topofile.load("dual-plane-16")
     host_index = {h.name: i for i, h in enumerate(fab.hosts)}
@@ -294,7 +294,7 @@ def test_a_cut_through_pairwise_all_to_all_takes_as_long_as_sending_every_piece_
     ([3, 10 ** 12, 3, 0], [1, 2, 1, 0]),  # numbers too sparse for a table: sorted instead
 ])
 def test_lockstep_phases_are_numbered_densely_in_the_order_of_their_step_numbers(numbers, dense):
-    from fabric.flowsim.executor import _Shape
+    from fabric.flowsim.shapes import _Shape
 
     n = len(numbers)
     cols = TransferDag(tuple(Transfer(0, 1, 10, (), phase=p) for p in numbers), (0, 1)).columns
@@ -316,7 +316,7 @@ def test_lockstep_phases_are_numbered_densely_in_the_order_of_their_step_numbers
     ([(0, 1, 2, ()), (1, 2, 1, ()), (2, 0, 0, (0,))], False),
 ])
 def test_phases_are_closed_when_every_dependency_is_in_an_earlier_phase(transfers, closed):
-    from fabric.flowsim.executor import _Shape
+    from fabric.flowsim.shapes import _Shape
 
     dag = TransferDag(tuple(Transfer(s, d, 1000, deps, ph) for s, d, ph, deps in transfers), (0, 1, 2))
     ranks = np.arange(3)

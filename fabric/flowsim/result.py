@@ -6,7 +6,7 @@ the directed links that carry traffic in it, with their rates, are kept sparse (
 `load_ptr[k]:load_ptr[k + 1]` index `load_link` and `load_bps`); `link_rate_bps()` expands it.
 Consecutive events that leave the allocation as it was (the steps of a ring, whose flows are alike)
 extend one interval rather than adding one each: `events` counts the events. A log that would
-exceed `executor.LOAD_LOG_ENTRIES` entries has its resolution halved as it grows (neighbouring
+exceed `load_log.LOAD_LOG_ENTRIES` entries has its resolution halved as it grows (neighbouring
 intervals averaged, the bytes every link carried kept): `coarsened` says how many times.
 """
 from __future__ import annotations

@@ -3,14 +3,16 @@
 A connection from NIC a to NIC b crosses a's link up to its edge switch, the links between the switches
 the routing policy forwards it through (`fabric.routing.walk.PathWalker`, many at once), and the
 destination switch's link down to b. Row i of `LinkRoutes.rows` lists those links (indexes into
-`executor.directed_links(fabric)`), padded with -1; a connection the data plane drops (a dead link on
-its way) has an empty row.
+`inputs.directed_links(fabric)`), padded with -1; a connection the data plane drops (a dead link on
+its way) has an empty row. `ConnectionPaths` keeps every connection's row for a run, walked when first
+used and again after every routing change.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from fabric.flowsim.maxmin import IntArray
+from fabric.flowsim.connections import ConnectionTable, sorted_unique
+from fabric.flowsim.maxmin import FlowSimError, IntArray
 from fabric.flowsim.result import DirectedLinkName
 from fabric.model import Fabric
 from fabric.routing.policy import RoutingPolicy
@@ -18,7 +20,7 @@ from fabric.routing.walk import PathWalker
 
 
 class LinkRoutes:
-    """Routes on `links` (the fabric's directed links, in the executor's order) by `policy` as it is now;
+    """Routes on `links` (the fabric's directed links, in `directed_links`'s order) by `policy` as it is now;
     `reset` after the policy's state changes."""
 
     def __init__(self, fabric: Fabric, policy: RoutingPolicy, links: tuple[DirectedLinkName, ...]) -> None:
@@ -54,3 +56,49 @@ class LinkRoutes:
         last = np.flatnonzero(alive)
         rows[last, hops[last]] = self.nic_down[dst_nic[last]]
         return rows, n_links
+
+
+class ConnectionPaths:
+    """Every connection's path (`ct`'s connections, by id): a row of link indexes padded with -1 (all
+    -1: dropped) in `conn_path`, its links in `conn_hops`, walked on arrays (`LinkRoutes`) when first
+    used and after every routing change (`invalidate`); `routes`, if given, are every connection's with
+    the policy as it is now (fresh until the first routing change). `version` counts the changes."""
+
+    def __init__(self, fabric: Fabric, policy: RoutingPolicy, links: tuple[DirectedLinkName, ...],
+                 ct: ConnectionTable, routes: tuple[IntArray, IntArray] | None = None) -> None:
+        self.ct = ct
+        self.pair_ptr = ct.pair_ptr  # host pair i's connections: ids pair_ptr[i] .. pair_ptr[i + 1] - 1
+        self.walk = LinkRoutes(fabric, policy, links)
+        n_conns = len(ct)
+        if routes is not None:
+            if routes[0].shape[0] != n_conns or routes[1].shape != (n_conns,):
+                raise FlowSimError(f"routes for {routes[0].shape[0]} connections given, {n_conns} planned")
+            self.conn_path, self.conn_hops = routes[0], routes[1].astype(np.int64)
+            self.conn_fresh = np.ones(n_conns, dtype=bool)
+        else:
+            self.conn_path = np.full((n_conns, 1), -1, dtype=np.intp)
+            self.conn_hops = np.zeros(n_conns, dtype=np.int64)
+            self.conn_fresh = np.zeros(n_conns, dtype=bool)
+        self.width = self.conn_path.shape[1]
+        self.version = 0
+
+    def route(self, ids: IntArray) -> None:
+        """(Re)compute the paths of connections `ids` that are not fresh for the current routing."""
+        stale = ids[~self.conn_fresh[ids]]
+        if not stale.size:
+            return
+        c = sorted_unique(stale)
+        rows, n_links = self.walk.rows(self.ct.src_nic[c], self.ct.dst_nic[c], self.ct.sport[c], self.width)
+        if rows.shape[1] > self.width:
+            pad = np.full((self.conn_path.shape[0], rows.shape[1] - self.width), -1, dtype=np.intp)
+            self.conn_path = np.hstack([self.conn_path, pad])
+            self.width = rows.shape[1]
+        self.conn_path[c] = rows
+        self.conn_hops[c] = n_links
+        self.conn_fresh[c] = True
+
+    def invalidate(self) -> None:
+        """The routing changed: every path is stale (walked again as it is used)."""
+        self.conn_fresh[:] = False
+        self.walk.reset()
+        self.version += 1

@@ -1,0 +1,125 @@
+"""The transfer pool: the state of the transfers of every job that has started and not completed, as
+arrays indexed by pool index, each job in a contiguous range of them (from `base[job]`), reused once the
+job has completed. So a replay of many calls needs the memory of its concurrent calls, not of all of
+them; a completed job's transfer times are kept apart (if the options ask for them).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fabric.flowsim.maxmin import FloatArray, IntArray
+from fabric.flowsim.shapes import _Template
+
+#: the pool's arrays: one entry per transfer of every job that has started and not completed
+_POOL = {"t_size": np.int64, "t_job": np.intp, "t_pair": np.intp,
+         "deps_left": np.int64, "start_s": np.float64, "end_s": np.float64, "parts_left": np.int64,
+         "hops": np.int64, "wait_left": np.int64, "sent_s": np.float64}
+
+
+class TransferPool:
+    """The running jobs' transfers by pool index: size, job, host pair (index; -1: both ranks on one
+    host), dependencies not yet delivered (`deps_left`), start and delivery times, parts still sending
+    (`parts_left`), links on the longest part's path (`hops`, only with a per-hop delay) and, for
+    cut-through, dependencies not yet delivered of a sent transfer (`wait_left`) and when its last byte
+    left (`sent_s`). Job j's template is `templates[job_tpl[j]]`."""
+
+    def __init__(self, templates: list[_Template], job_tpl: list[int], transfer_times: bool) -> None:
+        self.templates, self.job_tpl = templates, job_tpl
+        self.transfer_times = transfer_times
+        self.cap = 0
+        self.t_job = self.t_pair = np.zeros(0, dtype=np.intp)
+        self.t_size = self.deps_left = self.parts_left = self.hops = self.wait_left = np.zeros(0, dtype=np.int64)
+        self.start_s = self.end_s = self.sent_s = np.zeros(0)
+        self._grow(0)  # each its own array
+        self.base: dict[int, int] = {}  # active job -> its first index in the pool
+        self.kept_start: dict[int, FloatArray] = {}  # completed job -> its transfers' times (transfer_times)
+        self.kept_end: dict[int, FloatArray] = {}
+
+    def template(self, j: int) -> _Template:
+        return self.templates[self.job_tpl[j]]
+
+    def start(self, j: int) -> slice:
+        """Job j starts: its transfers take a range of the pool, set from its template (none begun);
+        returns the range."""
+        tpl = self.template(j)
+        n = len(tpl.size)
+        base = self._allocate(j, n)
+        part = slice(base, base + n)
+        self.t_size[part] = tpl.size
+        self.t_job[part] = j
+        self.t_pair[part] = tpl.pair
+        self.deps_left[part] = tpl.dep_count
+        self.start_s[part] = np.nan
+        self.end_s[part] = np.nan
+        # (`parts_left` and `hops` are written when a transfer starts its flows, before any read; not
+        # touching them here keeps a large DAG's pages untouched until used)
+        return part
+
+    def _allocate(self, j: int, n: int) -> int:
+        """A range of n free pool entries for job j (the first gap between active jobs that fits, or
+        the end, the pool grown as needed); returns its first index."""
+        at = 0
+        for b, size in sorted((self.base[k], len(self.template(k).size)) for k in self.base):
+            if b - at >= n:
+                break
+            at = max(at, b + size)
+        if at + n > self.cap:
+            self._grow(max(at + n, 2 * self.cap))
+        self.base[j] = at
+        return at
+
+    def _grow(self, cap: int) -> None:
+        """The pool's arrays at `cap` entries, what they hold kept."""
+        for name, dtype in _POOL.items():
+            old = getattr(self, name)
+            grown = np.zeros(cap, dtype=dtype)
+            grown[:old.size] = old[:cap]
+            setattr(self, name, grown)
+        self.cap = cap
+
+    def release(self, j: int) -> None:
+        """Job j completed: keep its transfers' times (if asked) and free its pool range."""
+        base = self.base.pop(j)
+        n = len(self.template(j).size)
+        if self.transfer_times:
+            self.kept_start[j] = self.start_s[base:base + n].copy()
+            self.kept_end[j] = self.end_s[base:base + n].copy()
+
+    def by_job(self, g: IntArray) -> list[tuple[int, IntArray]]:
+        """Transfers `g` (pool indexes) grouped by job: (job, its transfers among `g`)."""
+        of = self.t_job[g]
+        if of.size and of[0] == of[-1] and bool((of == of[0]).all()):  # the usual batch: one job
+            return [(int(of[0]), g)]
+        return [(job, g[of == job]) for job in np.unique(of).tolist()]
+
+    def out_edges(self, job: int, mine: IntArray) -> tuple[_Template, IntArray]:
+        """`job`'s template and the indexes (into its `succ`) of the edges leaving transfers `mine`."""
+        tpl = self.template(job)
+        local = mine - self.base[job]
+        if local.size > 1024:
+            first, last = int(local.min()), int(local.max())
+            if last - first + 1 == local.size:  # a range of transfers (distinct): its edges are a range
+                return tpl, np.arange(tpl.succ_ptr[first], tpl.succ_ptr[last + 1], dtype=np.intp)
+            if 16 * local.size >= tpl.size.size:  # a large share of the DAG (chained phases): one pass
+                mine_mask = np.zeros(tpl.size.size, dtype=np.bool_)
+                mine_mask[local] = True
+                return tpl, np.flatnonzero(np.repeat(mine_mask, tpl.shape.succ_count))
+        lo, hi = tpl.succ_ptr[local], tpl.succ_ptr[local + 1]
+        k = hi - lo
+        if k.size and k[0] == k[-1] and bool((k == k[0]).all()):  # as many edges each (a ring: one)
+            w = int(k[0])
+            return tpl, lo if w == 1 else (lo[:, None] + np.arange(w)).ravel()
+        total = int(k.sum())
+        if not total:
+            return tpl, np.zeros(0, dtype=np.intp)
+        return tpl, np.repeat(lo, k) + np.arange(total) - np.repeat(np.cumsum(k) - k, k)
+
+    def times(self, j: int) -> tuple[FloatArray, FloatArray] | None:
+        """Job j's transfers' start and delivery times (nan: not yet): a running job's (copies), a
+        completed one's if kept; None for a job that never started or whose times were not kept."""
+        if j in self.base:
+            part = slice(self.base[j], self.base[j] + len(self.template(j).size))
+            return self.start_s[part].copy(), self.end_s[part].copy()
+        if j in self.kept_start:
+            return self.kept_start[j], self.kept_end[j]
+        return None
