@@ -71,6 +71,7 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     from fabric.routing import EcmpPolicy, PathTable
     from fabric.transfers import Placement
     from traffic import collectives
+    from traffic.placement import groups_by
 
     t0 = time.perf_counter()
     max_min_rates(1, np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp), np.ones(1))
@@ -84,7 +85,7 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     hosts_of = [h.name for h in fab.hosts]
     leaf_of = {h.name: min(n.switch for n in fab.nics_of[h.name]) for h in fab.hosts}
     placement = Placement(tuple(hosts_of))
-    groups = collectives.groups_by(placement, lambda h: leaf_of[h])
+    groups = groups_by(placement, lambda h: leaf_of[h])
     if algorithm == "ring" and hosts > flat_ring_max:
         algorithm = "hierarchical"
     t1 = time.perf_counter()

@@ -94,7 +94,7 @@ def _parse_child(path: Path, raw_bytes: int, traced: bool) -> None:
     """Parse `path` in this (fresh) process and print throughput and peak memory."""
     sys.path.insert(0, str(ROOT))
     from traffic.traces import load
-    from traffic.traces.kineto import BACKEND
+    from traffic.traces.kineto_events import BACKEND
 
     rss_before_mb = _peak_rss_mb()
     if traced:

@@ -176,9 +176,10 @@ class TransferColumns:
         return ptr, owner[order]
 
     def to_dag(self) -> TransferDag:
-        deps = np.split(self.dep, self.dep_ptr[1:-1]) if self.src.size else []
-        return TransferDag(tuple(Transfer(int(a), int(b), int(c), tuple(d.tolist()), int(p)) for a, b, c, d, p in
-                                 zip(self.src, self.dst, self.size_bytes, deps, self.phase)), self.ranks, self.label)
+        dep, ptr = self.dep.tolist(), self.dep_ptr.tolist()
+        return TransferDag(tuple(Transfer(a, b, c, tuple(dep[ptr[i]:ptr[i + 1]]), p) for i, (a, b, c, p) in
+                                 enumerate(zip(self.src.tolist(), self.dst.tolist(), self.size_bytes.tolist(),
+                                               self.phase.tolist()))), self.ranks, self.label)
 
     def same_as(self, other: TransferColumns) -> bool:
         """Equal transfer for transfer (fields and dependencies), ranks and label."""

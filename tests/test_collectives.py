@@ -8,8 +8,8 @@ from collections import defaultdict
 import pytest
 
 from fabric.transfers import Placement, TransferDag, TransferError
-from traffic.collectives import (ALGORITHMS, block_placement, double_binary_trees, groups_by, placement_from_file,
-                                 schedule, split_bytes)
+from traffic.collectives import ALGORITHMS, double_binary_trees, schedule, split_bytes
+from traffic.placement import block_placement, groups_by, placement_from_file
 from traffic.workload import KINDS
 
 
@@ -427,8 +427,8 @@ def _shuffled(n: int, seed: int) -> list[int]:
 @pytest.mark.parametrize("kind", ["all_reduce", "reduce_scatter", "all_gather"])
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])
 def test_ring_columns_are_the_object_schedule_transfer_for_transfer(kind, n):
-    # the object builder (`schedule`) is checked by hand above; the array builder must give the same
-    # DAG: same order, sizes, phases and dependencies, for any rank order and uneven sizes
+    # `schedule` (checked by hand above) is `schedule_columns` as objects: the two forms must be the
+    # same DAG (same order, sizes, phases and dependencies), for any rank order and uneven sizes
     from traffic.collectives import schedule_columns
     for size in (0, 1, n + 1, 1_000_003):
         ranks = _shuffled(n, size)
@@ -438,7 +438,7 @@ def test_ring_columns_are_the_object_schedule_transfer_for_transfer(kind, n):
 @pytest.mark.parametrize("algo", ["pairwise", "direct"])
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13])
 def test_all_to_all_columns_are_the_object_schedule(algo, n):
-    # built on arrays (1M transfers at 1024 ranks): the same DAG as the object builder, checked by hand above
+    # built on arrays (1M transfers at 1024 ranks): the same DAG as the objects of `schedule`, checked by hand above
     from traffic.collectives import schedule_columns
     for size in (0, 1, n + 1, 1_000_003):
         ranks = _shuffled(n, size)

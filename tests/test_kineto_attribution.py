@@ -1,5 +1,5 @@
 """Kineto old-style traces: NCCL kernels attached to their `nccl:*` annotations when launches are missing, and
-sizes checked where they are read (traffic/traces/kineto.py).
+sizes checked where they are read (traffic/traces/kineto_events.py, kineto_collectives.py).
 
 Every trace here is written by the test. Expected counts, bytes and times are worked out by hand in the comments
 next to them: bytes = numel x dtype size of the annotation's `Input Dims` / `Input type` (x the group size for

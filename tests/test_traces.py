@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from traffic.traces import BUILTIN_TRACE, detect_format, load, summarize
-from traffic.traces import kineto
+from traffic.traces import kineto_events
 from traffic.workload import TraceError, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -183,7 +183,7 @@ def test_step_counted_once_across_tracks(tmp_path: Path) -> None:
 def test_launch_sampling_thinned_gives_the_same_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     # Keep only a handful of launch samples, so most step boundaries fall in ambiguous correlation windows that
     # must be resolved from the launches themselves: the result must not change.
-    monkeypatch.setattr(kineto, "_MAX_SAMPLES", 8)
+    monkeypatch.setattr(kineto_events, "_MAX_SAMPLES", 8)
     w = load(RESNET)
     assert [s.compute_us for s in w.ranks[0].steps] == pytest.approx(RESNET_COMPUTE_US, abs=1e-3)
     assert [s.exposed_comm_us for s in w.ranks[0].steps] == pytest.approx(RESNET_EXPOSED_US, abs=1e-3)

@@ -56,25 +56,23 @@ Algorithms (`ALGORITHMS`):
 - barrier `dissemination`: ceil(log2 n) rounds of 0-byte messages, q -> q + 2^k in round k, each
   after the message received in the round before.
 
-`schedule_columns` gives the same DAG as `TransferColumns` (arrays), built on arrays for the ring
-family (all_reduce `ring` and `hierarchical`, reduce_scatter and all_gather `ring`) and all_to_all
-(~n^2 transfers: 1M at 1024 ranks) and converted from `schedule` for the rest: the simulator's input at thousands of ranks, where objects do not fit.
+Construction: every algorithm is written once, against one builder that holds the DAG as arrays
+(`traffic.dag_builder.DagBuilder`). The ring steps (all_reduce `ring` and `hierarchical`,
+reduce_scatter and all_gather `ring`) and the all-to-all rounds (~n^2 transfers: 1M at 1024 ranks)
+go in as whole blocks of arrays, the other algorithms transfer by transfer. `schedule_columns`
+returns the `TransferColumns` (the simulator's input at thousands of ranks, where objects do not
+fit); `schedule` the same DAG as `Transfer` objects (`TransferColumns.to_dag`).
 
-Placement (rank -> host) lives here too: `block_placement`, `placement_from_file`, and `groups_by`
-to build the hierarchical groups from it.
+Placement (rank -> host, and the groups for `hierarchical`) is `traffic.placement`.
 """
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
-from typing import Any
-
-import yaml
+from collections.abc import Sequence
 
 import numpy as np
 
-from fabric.transfers import Placement, Transfer, TransferColumns, TransferDag, TransferError, split_bytes
+from fabric.transfers import TransferColumns, TransferDag, TransferError, split_bytes
+from traffic.dag_builder import DagBuilder
 from traffic.workload import KINDS
 
 #: The algorithms per collective kind; the first is what "auto" picks (see `resolve_algorithm`).
@@ -99,50 +97,49 @@ _ROOTED = ("broadcast", "reduce", "gather", "scatter")
 Ready = dict[int, tuple[int, ...]]  # rank -> the transfers whose delivery its data waits for
 
 
-class _Builder:
-    """Collects transfers in a topological order and adds the in-order dependency per connection
-    (src, dst, channel); algorithms that run independent streams (the two trees) use one channel each."""
-
-    def __init__(self) -> None:
-        self.transfers: list[Transfer] = []
-        self._last_on: dict[tuple[int, int, int], int] = {}
-
-    def send(self, src: int, dst: int, size_bytes: int, phase: int, after: Iterable[int] = (), channel: int = 0) -> int:
-        deps = set(after)
-        prev = self._last_on.get((src, dst, channel))
-        if prev is not None:
-            deps.add(prev)
-        index = len(self.transfers)
-        self.transfers.append(Transfer(src, dst, size_bytes, tuple(sorted(deps)), phase))
-        self._last_on[(src, dst, channel)] = index
-        return index
-
-
 # --- rings ------------------------------------------------------------------------------------------
 
-def _ring_steps(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int, ready: Ready,
+def _ring_steps(dag: DagBuilder, ring: Sequence[int], chunk_bytes: Sequence[int], phase0: int, ready: Ready,
                 shift: int) -> Ready:
-    """n - 1 ring steps: in step k position q sends chunk (q - k - shift) mod n to q + 1, after its
-    previous receive. Returns rank -> its last receive."""
+    """n - 1 ring steps, one block of arrays (channel 0): in step k position q sends chunk
+    (q - k - shift) mod n to q + 1, after its previous receive (step 0: after `ready`). Returns rank ->
+    its last receive."""
     n = len(ring)
-    waits: Ready = {r: ready.get(r, ()) for r in ring}
-    for k in range(n - 1):
-        received: Ready = {}
-        for q, r in enumerate(ring):
-            dst = ring[(q + 1) % n]
-            received[dst] = (dag.send(r, dst, chunks[(q - k - shift) % n], phase0 + k, waits[r]),)
-        waits = received
-    return waits
+    steps = n - 1
+    if steps < 1:
+        return {r: ready.get(r, ()) for r in ring}
+    base = dag.n
+    members = np.asarray(ring, dtype=np.int64)
+    nxt = np.roll(members, -1)
+    k = np.repeat(np.arange(steps, dtype=np.int64), n)
+    q = np.tile(np.arange(n, dtype=np.int64), steps)
+    size = np.asarray(chunk_bytes, dtype=np.int64)[(q - k - shift) % n]
+    # dependencies: the receive before (from q - 1, a step earlier) and the send before on the
+    # same connection; at step 0, `ready` and the connection's last send before this block
+    first = [tuple(ready.get(r, ())) + dag.previous_on(r, d) for r, d in zip(ring, nxt.tolist())]
+    width = max(2, max(len(f) for f in first))
+    deps = np.full((steps * n, width), -1, dtype=np.int64)
+    for pos, f in enumerate(first):
+        deps[pos, :len(f)] = f
+    later = np.arange(n, steps * n)
+    deps[later, 0] = base + later - n - q[later] + (q[later] - 1) % n
+    deps[later, 1] = base + later - n
+    deps[later, 2:] = -1
+    dag.block(np.tile(members, steps), np.tile(nxt, steps), size, phase0 + k, deps)
+    last = base + (steps - 1) * n
+    for pos, (r, d) in enumerate(zip(ring, nxt.tolist())):
+        dag.record_on(r, d, last + pos)
+    return {int(nxt[pos]): (last + pos,) for pos in range(n)}
 
 
-def _ring_reduce_scatter(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
+def _ring_reduce_scatter(dag: DagBuilder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
                          ready: Ready) -> Ready:
     """Ring reduce-scatter; position q ends holding the reduced chunk q. Step k: q sends chunk
     (q - k - 1) mod n to q + 1. Returns rank -> its last receive (the reduced chunk is complete then)."""
     return _ring_steps(dag, ring, chunks, phase0, ready, shift=1)
 
 
-def _ring_all_gather(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
+def _ring_all_gather(dag: DagBuilder, ring: Sequence[int], chunks: Sequence[int], phase0: int,
                      ready: Ready) -> Ready:
     """Ring all-gather; position q starts with chunk q. Step k: q sends chunk (q - k) mod n to q + 1,
     the chunk it received in step k-1. Returns rank -> its own readiness plus its last receive (the
@@ -153,7 +150,7 @@ def _ring_all_gather(dag: _Builder, ring: Sequence[int], chunks: Sequence[int], 
     return {r: tuple(sorted(set(ready.get(r, ())) | set(waits[r]))) for r in ring}
 
 
-def _ring_all_reduce(dag: _Builder, ring: Sequence[int], size_bytes: int, phase0: int, ready: Ready) -> Ready:
+def _ring_all_reduce(dag: DagBuilder, ring: Sequence[int], size_bytes: int, phase0: int, ready: Ready) -> Ready:
     chunks = split_bytes(size_bytes, len(ring))
     reduced = _ring_reduce_scatter(dag, ring, chunks, phase0, ready)
     return _ring_all_gather(dag, ring, chunks, phase0 + len(ring) - 1, reduced)
@@ -213,7 +210,7 @@ def _preorder(shape: tuple[tuple[int, ...], ...]) -> list[int]:
     return order
 
 
-def _tree_all_reduce(dag: _Builder, ranks: Sequence[int], size_bytes: int, pipeline_chunks: int) -> None:
+def _tree_all_reduce(dag: DagBuilder, ranks: Sequence[int], size_bytes: int, pipeline_chunks: int) -> None:
     halves = split_bytes(size_bytes, 2)
     for channel, (tree, half) in enumerate(zip(double_binary_trees(ranks), halves)):
         order = list(tree)  # pre-order: parents before children
@@ -239,7 +236,7 @@ def _tree_all_reduce(dag: _Builder, ranks: Sequence[int], size_bytes: int, pipel
 
 # --- halving-doubling ---------------------------------------------------------------------------------
 
-def _halving_doubling_core(dag: _Builder, active: Sequence[int], size_bytes: int, phase0: int,
+def _halving_doubling_core(dag: DagBuilder, active: Sequence[int], size_bytes: int, phase0: int,
                            ready: Ready) -> Ready:
     """Power-of-two recursive halving reduce-scatter + recursive doubling all-gather over `active`.
     A rank's buffer accumulates: what it sends in a step was touched by every receive before, so each
@@ -267,7 +264,7 @@ def _halving_doubling_core(dag: _Builder, active: Sequence[int], size_bytes: int
     return {r: tuple(got[r]) for r in active}
 
 
-def _halving_doubling(dag: _Builder, ranks: Sequence[int], size_bytes: int) -> None:
+def _halving_doubling(dag: DagBuilder, ranks: Sequence[int], size_bytes: int) -> None:
     n = len(ranks)
     p = 1 << (n.bit_length() - 1)
     extra = n - p
@@ -284,7 +281,9 @@ def _halving_doubling(dag: _Builder, ranks: Sequence[int], size_bytes: int) -> N
 
 # --- hierarchical -------------------------------------------------------------------------------------
 
-def _hierarchical(dag: _Builder, groups: Sequence[Sequence[int]], size_bytes: int) -> None:
+def _hierarchical(dag: DagBuilder, groups: Sequence[Sequence[int]] | None, size_bytes: int) -> None:
+    if groups is None:
+        raise TransferError("hierarchical all_reduce needs groups (e.g. groups_by(placement, leaf))")
     sizes = {len(g) for g in groups}
     if len(sizes) != 1:
         raise TransferError(f"hierarchical all_reduce needs groups of equal size, got sizes "
@@ -306,7 +305,7 @@ def _hierarchical(dag: _Builder, groups: Sequence[Sequence[int]], size_bytes: in
 
 # --- one-shot and pipelined-chain collectives --------------------------------------------------------
 
-def _chain(dag: _Builder, chain: Sequence[int], size_bytes: int, pipeline_chunks: int) -> None:
+def _chain(dag: DagBuilder, chain: Sequence[int], size_bytes: int, pipeline_chunks: int) -> None:
     """Pipelined chain chain[0] -> chain[1] -> ...: chunk c crosses hop h in phase c + h, after it
     arrived at chain[h]."""
     for c, chunk in enumerate(split_bytes(size_bytes, pipeline_chunks)):
@@ -315,20 +314,26 @@ def _chain(dag: _Builder, chain: Sequence[int], size_bytes: int, pipeline_chunks
             arrived = (dag.send(chain[h], chain[h + 1], chunk, c + h, arrived),)
 
 
-def _all_to_all(dag: _Builder, ranks: Sequence[int], size_bytes: int, pairwise: bool = False) -> None:
+def _all_to_all(dag: DagBuilder, ranks: Sequence[int], size_bytes: int, pairwise: bool) -> None:
+    """Round k (1..n-1, phase k-1) is the block of transfers (k-1)n + q: position q sends piece q+k of
+    its buffer to position q+k (piece j goes to position j); pairwise, after its receive of round k-1
+    (from position q-k+1). Each connection carries one transfer."""
     n = len(ranks)
-    pieces = split_bytes(size_bytes, n)  # piece j of every rank's buffer goes to position j
-    received: dict[int, int] = {}  # position -> its receive in the round before
-    for k in range(1, n):
-        this_round: dict[int, int] = {}
-        for q, r in enumerate(ranks):
-            dst = (q + k) % n
-            after = (received[q],) if pairwise and q in received else ()
-            this_round[dst] = dag.send(r, ranks[dst], pieces[dst], k - 1, after)
-        received = this_round
+    if n < 2:
+        return
+    members = np.asarray(ranks, dtype=np.int64)
+    pieces = np.asarray(split_bytes(size_bytes, n), dtype=np.int64)
+    k = np.repeat(np.arange(1, n, dtype=np.int64), n)
+    q = np.tile(np.arange(n, dtype=np.int64), n - 1)
+    to = (q + k) % n
+    deps = np.full((k.size, 1), -1, dtype=np.int64)
+    if pairwise:
+        later = k >= 2
+        deps[later, 0] = dag.n + (k[later] - 2) * n + (q[later] - k[later] + 1) % n
+    dag.block(members[q], members[to], pieces[to], k - 1, deps)
 
 
-def _dissemination_barrier(dag: _Builder, ranks: Sequence[int]) -> None:
+def _dissemination_barrier(dag: DagBuilder, ranks: Sequence[int]) -> None:
     n = len(ranks)
     waits: Ready = {r: () for r in ranks}
     k = 0
@@ -397,10 +402,10 @@ def _checked(kind: str, size_bytes: int, ranks: list[int], algorithm: str,
     return local_groups, resolve_algorithm(kind, algorithm, local_groups)
 
 
-def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
-             groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
-             pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferDag:
-    """The transfer DAG of one collective of `size_bytes` (nccl-tests convention) over `ranks`.
+def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
+                     groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
+                     pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferColumns:
+    """The transfer DAG of one collective of `size_bytes` (nccl-tests convention) over `ranks`, as arrays.
 
     `groups`: the locality of the ranks (e.g. per leaf switch), used by `hierarchical` and by "auto" for
     all_reduce; it may cover more ranks than `ranks` (e.g. the whole job) and is restricted to them.
@@ -415,7 +420,7 @@ def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = 
         raise TransferError(f"{kind}: root {root} is not one of the ranks {ranks}")
     start = ranks.index(root) if root is not None else 0
     from_root = ranks[start:] + ranks[:start]
-    dag = _Builder()
+    dag = DagBuilder()
     n = len(ranks)
     if kind == "all_reduce":
         if algo == "ring":
@@ -425,8 +430,6 @@ def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = 
         elif algo == "halving_doubling":
             _halving_doubling(dag, ranks, size_bytes)
         else:
-            if local_groups is None:
-                raise TransferError("hierarchical all_reduce needs groups (e.g. groups_by(placement, leaf))")
             _hierarchical(dag, local_groups, size_bytes)
     elif kind == "reduce_scatter":
         _ring_reduce_scatter(dag, ranks, split_bytes(size_bytes, n), 0, {})
@@ -450,244 +453,12 @@ def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = 
         dag.send(ranks[0], ranks[1], size_bytes, 0)
     else:
         _dissemination_barrier(dag, ranks)
-    label = f"{kind} {algo} {n} ranks {size_bytes} B"
-    return TransferDag(tuple(dag.transfers), tuple(ranks), label)
+    return dag.columns(ranks, f"{kind} {algo} {n} ranks {size_bytes} B")
 
 
-# --- the ring family on arrays ----------------------------------------------------------------------------
-
-class _Columns:
-    """Builds `TransferColumns` block by block, as `_Builder` does transfer by transfer: the same
-    order, the same dependencies (the in-order one per connection included)."""
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.blocks: list[tuple[np.ndarray, ...]] = []
-        self._last_on: dict[tuple[int, int], int] = {}
-
-    def ring(self, ring: Sequence[int], chunks: Sequence[int], steps: int, phase0: int, ready: Ready,
-             shift: int) -> Ready:
-        """`_ring_steps` on arrays: `steps` steps; in step k position q sends chunk
-        (q - k - shift) mod n to q + 1 after its previous receive (step 0: after `ready`)."""
-        n = len(ring)
-        if steps < 1 or n < 2:
-            return {r: ready.get(r, ()) for r in ring}
-        base = self.n
-        members = np.asarray(ring, dtype=np.int64)
-        nxt = np.roll(members, -1)
-        k = np.repeat(np.arange(steps, dtype=np.int64), n)
-        q = np.tile(np.arange(n, dtype=np.int64), steps)
-        size = np.asarray(chunks, dtype=np.int64)[(q - k - shift) % n]
-        # dependencies: the receive before (from q - 1, a step earlier) and the send before on the
-        # same connection; at step 0, `ready` and the connection's last send before this block
-        first = [tuple(ready.get(r, ())) + ((self._last_on[(r, d)],) if (r, d) in self._last_on else ())
-                 for r, d in zip(ring, nxt.tolist())]
-        width = max(2, max(len(f) for f in first))
-        deps = np.full((steps * n, width), -1, dtype=np.int64)
-        for pos, f in enumerate(first):
-            deps[pos, :len(f)] = f
-        later = np.arange(n, steps * n)
-        deps[later, 0] = base + later - n - q[later] + (q[later] - 1) % n
-        deps[later, 1] = base + later - n
-        deps[later, 2:] = -1
-        self._add(np.tile(members, steps), np.tile(nxt, steps), size, phase0 + k, deps)
-        last = base + (steps - 1) * n
-        for pos, (r, d) in enumerate(zip(ring, nxt.tolist())):
-            self._last_on[(r, d)] = last + pos
-        return {int(nxt[pos]): (last + pos,) for pos in range(n)}
-
-    def _add(self, src: np.ndarray, dst: np.ndarray, size: np.ndarray, phase: np.ndarray,
-             deps: np.ndarray) -> None:
-        deps = np.sort(deps, axis=1)
-        keep = deps >= 0
-        keep[:, 1:] &= deps[:, 1:] != deps[:, :-1]  # each dependency once
-        self.blocks.append((src, dst, size, phase, keep.sum(axis=1), deps[keep]))
-        self.n += src.size
-
-    def done(self, ranks: Sequence[int], label: str) -> TransferColumns:
-        cols = list(zip(*self.blocks)) if self.blocks else [()] * 6
-        src, dst, size, phase, counts, dep = (np.concatenate([np.zeros(0, dtype=np.int64), *c]) for c in cols)
-        ptr = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
-        return TransferColumns(src, dst, size, phase, ptr, dep, tuple(ranks), label)
-
-
-def _ring_all_gather_columns(b: _Columns, ring: Sequence[int], chunks: Sequence[int], phase0: int,
-                             ready: Ready) -> Ready:
-    if len(ring) == 1:
-        return {r: ready.get(r, ()) for r in ring}
-    waits = b.ring(ring, chunks, len(ring) - 1, phase0, ready, shift=0)
-    return {r: tuple(sorted(set(ready.get(r, ())) | set(waits[r]))) for r in ring}
-
-
-def _ring_all_reduce_columns(b: _Columns, ring: Sequence[int], size_bytes: int, phase0: int,
-                             ready: Ready) -> Ready:
-    chunks = split_bytes(size_bytes, len(ring))
-    reduced = b.ring(ring, chunks, len(ring) - 1, phase0, ready, shift=1)
-    return _ring_all_gather_columns(b, ring, chunks, phase0 + len(ring) - 1, reduced)
-
-
-def _all_to_all_columns(b: _Columns, ranks: Sequence[int], size_bytes: int, pairwise: bool) -> None:
-    """`_all_to_all` on arrays: round k (1..n-1, phase k-1) is transfers (k-1)n + q, position q sending
-    piece q+k to position q+k; pairwise, after its receive of round k-1 (from position q-k+1)."""
-    n = len(ranks)
-    if n < 2:
-        return
-    members = np.asarray(ranks, dtype=np.int64)
-    pieces = np.asarray(split_bytes(size_bytes, n), dtype=np.int64)
-    k = np.repeat(np.arange(1, n, dtype=np.int64), n)
-    q = np.tile(np.arange(n, dtype=np.int64), n - 1)
-    to = (q + k) % n
-    deps = np.full((k.size, 1), -1, dtype=np.int64)
-    if pairwise:
-        later = k >= 2
-        deps[later, 0] = b.n + (k[later] - 2) * n + (q[later] - k[later] + 1) % n
-    b._add(members[q], members[to], pieces[to], k - 1, deps)
-
-
-#: (kind, algorithm) pairs `schedule_columns` builds on arrays
-COLUMN_ALGORITHMS = frozenset({("all_reduce", "ring"), ("all_reduce", "hierarchical"),
-                               ("reduce_scatter", "ring"), ("all_gather", "ring"),
-                               ("all_to_all", "pairwise"), ("all_to_all", "direct")})
-
-
-def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
-                     groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
-                     pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferColumns:
-    """`schedule(...)` as `TransferColumns`, transfer for transfer the same; built on arrays for
-    `COLUMN_ALGORITHMS`, converted from `schedule` for the others."""
-    ranks = list(ranks)
-    local_groups, algo = _checked(kind, size_bytes, ranks, algorithm, groups, pipeline_chunks)
-    if (kind, algo) not in COLUMN_ALGORITHMS or root is not None:
-        return schedule(kind, size_bytes, ranks, algorithm, groups, root, pipeline_chunks=pipeline_chunks).columns
-    b = _Columns()
-    n = len(ranks)
-    if kind == "all_to_all":
-        _all_to_all_columns(b, ranks, size_bytes, pairwise=algo == "pairwise")
-    elif kind == "reduce_scatter":
-        b.ring(ranks, split_bytes(size_bytes, n), n - 1, 0, {}, shift=1)
-    elif kind == "all_gather":
-        _ring_all_gather_columns(b, ranks, split_bytes(size_bytes, n), 0, {})
-    elif algo == "ring":
-        _ring_all_reduce_columns(b, ranks, size_bytes, 0, {})
-    else:
-        if local_groups is None:
-            raise TransferError("hierarchical all_reduce needs groups (e.g. groups_by(placement, leaf))")
-        sizes = {len(g) for g in local_groups}
-        if len(sizes) != 1:
-            raise TransferError(f"hierarchical all_reduce needs groups of equal size, got sizes "
-                                f"{[len(g) for g in local_groups]}")
-        m, g = sizes.pop(), len(local_groups)
-        chunks = split_bytes(size_bytes, m)
-        ready: Ready = {}
-        for group in local_groups:
-            ready.update(b.ring(group, chunks, m - 1, 0, {}, shift=1))
-        for j in range(m):
-            column = [group[j] for group in local_groups]
-            ready.update(_ring_all_reduce_columns(b, column, chunks[j], m - 1, ready))
-        for group in local_groups:
-            _ring_all_gather_columns(b, group, chunks, m - 1 + 2 * (g - 1), ready)
-    return b.done(ranks, f"{kind} {algo} {n} ranks {size_bytes} B")
-
-
-# --- placement ------------------------------------------------------------------------------------------
-
-def block_placement(n_ranks: int, hosts: Sequence[str]) -> Placement:
-    """Ranks in blocks of ceil(n_ranks / len(hosts)) consecutive ranks per host, in host order (fewer
-    ranks than hosts: one per host, the first n_ranks hosts). Every host used gets the same count, as
-    a job has the same number of GPUs per host: a count that would leave the last host partly filled
-    (e.g. 5 ranks on 4 hosts) is an error."""
-    if n_ranks < 1:
-        raise TransferError(f"n_ranks must be >= 1, got {n_ranks}")
-    if not hosts:
-        raise TransferError("no hosts to place ranks on")
-    dup = sorted({h for h in hosts if list(hosts).count(h) > 1})
-    if dup:
-        raise TransferError(f"duplicate host names {dup}")
-    per_host = -(-n_ranks // len(hosts))
-    if n_ranks % per_host:
-        raise TransferError(f"{n_ranks} ranks do not fill hosts evenly at {per_host} per host "
-                            f"({len(hosts)} hosts); use a multiple of {per_host} or a placement file")
-    return Placement(tuple(hosts[r // per_host] for r in range(n_ranks)))
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A YAML loader that rejects a key given twice (PyYAML keeps the last one silently)."""
-
-
-def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    out: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in out:
-            raise TransferError(f"key {key!r} given twice (line {key_node.start_mark.line + 1})")
-        out[key] = loader.construct_object(value_node, deep=deep)
-    return out
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-def _json_unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise TransferError(f"key {k!r} given twice")
-        out[k] = v
-    return out
-
-
-def placement_from_file(path: str | Path, hosts: Sequence[str]) -> Placement:
-    """A placement from a YAML or JSON file (JSON for a .json suffix) holding a mapping rank -> host
-    name, e.g. `{0: h1, 1: h1, 2: h2}`. Every rank 0..n-1 must appear exactly once and every host must
-    be one of `hosts` (the fabric's host names)."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise TransferError(f"{p}: cannot read placement file: {e.strerror or e}") from None
-    try:
-        if p.suffix.lower() == ".json":
-            data = json.loads(text, object_pairs_hook=_json_unique)
-        else:
-            data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: safe
-    except TransferError as e:
-        raise TransferError(f"{p}: {e}") from None
-    except (ValueError, yaml.YAMLError) as e:
-        raise TransferError(f"{p}: not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: {e}") from None
-    if not isinstance(data, dict) or not data:
-        raise TransferError(f"{p}: expected a non-empty mapping rank -> host, got {type(data).__name__}")
-    by_rank: dict[int, str] = {}
-    for key, host in data.items():
-        rank = _rank_key(key)
-        if rank is None:
-            raise TransferError(f"{p}: {key!r} is not a rank (a non-negative integer)")
-        if rank in by_rank:
-            raise TransferError(f"{p}: rank {rank} given twice")
-        if not isinstance(host, str) or host not in hosts:
-            known = ", ".join(list(hosts)[:8]) + (", ..." if len(hosts) > 8 else "")
-            raise TransferError(f"{p}: rank {rank}: {host!r} is not a host of the fabric ({known})")
-        by_rank[rank] = host
-    missing = [r for r in range(len(by_rank)) if r not in by_rank]
-    if missing:
-        raise TransferError(f"{p}: ranks must be 0..{len(by_rank) - 1} each once; missing {missing}, "
-                            f"present {sorted(by_rank)}")
-    return Placement(tuple(by_rank[r] for r in range(len(by_rank))))
-
-
-def _rank_key(key: object) -> int | None:
-    if isinstance(key, bool):
-        return None
-    if isinstance(key, int):
-        return key if key >= 0 else None
-    if isinstance(key, str) and key.strip().isdigit():
-        return int(key.strip())
-    return None
-
-
-def groups_by(placement: Placement, key: Callable[[str], str]) -> tuple[tuple[int, ...], ...]:
-    """Ranks grouped by `key(host)` (e.g. the host's leaf switch): groups in order of their lowest
-    rank, ranks ascending inside a group; for `schedule(..., groups=...)`."""
-    out: dict[str, list[int]] = {}
-    for rank, host in enumerate(placement.hosts):
-        out.setdefault(key(host), []).append(rank)
-    return tuple(tuple(g) for g in out.values())
+def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
+             groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
+             pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferDag:
+    """`schedule_columns(...)` as `Transfer` objects (a `TransferDag`), transfer for transfer the same."""
+    return schedule_columns(kind, size_bytes, ranks, algorithm, groups, root,
+                            pipeline_chunks=pipeline_chunks).to_dag()

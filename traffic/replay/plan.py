@@ -44,6 +44,7 @@ from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
 from fabric.transfers import Placement, TransferColumns
 from traffic import collectives
+from traffic.placement import groups_by, resolve_placement
 from traffic.workload import Collective, Workload
 
 #: The fastest host NIC runs at this rate by default (the link scale). Measured on the 2-core machine,
@@ -192,18 +193,6 @@ class ReplayPlan:
 
 
 # ---- building the plan -------------------------------------------------------------------------------
-def _placement(fabric: Fabric, n_ranks: int, how: str) -> Placement:
-    hosts = [h.name for h in fabric.hosts]
-    if how == "block":
-        return collectives.block_placement(n_ranks, hosts)
-    if how == "spread":
-        if n_ranks > len(hosts):
-            return collectives.block_placement(n_ranks, hosts)
-        step = len(hosts) / n_ranks
-        return Placement(tuple(hosts[int(i * step)] for i in range(n_ranks)))
-    return collectives.placement_from_file(how, hosts)
-
-
 def _global_calls(workload: Workload) -> list[list[tuple[Collective, list[tuple[int, int]]]]]:
     """Per step position: the collectives in replay order, each with [(rank, index in its step)].
 
@@ -327,11 +316,11 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     if n_ranks is not None and (n_ranks != workload.world_size or len(workload.ranks) != n_ranks):
         workload = workload.mapped_to(n_ranks)
         notes.extend(workload.notes[-1:])
-    placement = _placement(fabric, workload.world_size, options.placement)
+    placement = resolve_placement(fabric, workload.world_size, options.placement)
     if len(placement) < workload.world_size:
         raise ReplayError(f"placement covers {len(placement)} ranks; the workload has {workload.world_size}")
     leaf_of = {h.name: min(n.switch for n in fabric.nics_of[h.name]) for h in fabric.hosts}
-    groups = collectives.groups_by(placement, lambda h: leaf_of[h])
+    groups = groups_by(placement, lambda h: leaf_of[h])
 
     # one DAG per distinct collective (kind, size, ranks), at real sizes; one template per DAG and lane:
     # each stream of the trace gets its own connections (a lane), as NCCL's communicators do, so

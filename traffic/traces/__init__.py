@@ -12,11 +12,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from traffic.traces.files import GZIP_MAGIC, open_trace, read_error
+from traffic.traces.files import open_trace, read_error
 from traffic.workload import TraceError, Workload
 
-__all__ = ["BUILTIN_RANKS", "BUILTIN_TRACE", "FORMATS", "GZIP_MAGIC", "TraceSummary", "default_ranks", "detect_format",
-           "load", "open_trace", "read_error", "summarize"]
+__all__ = ["BUILTIN_RANKS", "BUILTIN_TRACE", "FORMATS", "TraceSummary", "default_ranks", "detect_format", "load",
+           "summarize"]
 
 #: The built-in recording: a CPU data-parallel job (DDP, gloo, 4 ranks), one gzipped Kineto trace per rank.
 BUILTIN_TRACE = Path(__file__).resolve().parent.parent / "data" / "builtin"
