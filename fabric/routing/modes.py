@@ -26,7 +26,8 @@ import functools
 from collections import Counter
 from typing import Any
 
-from fabric.routing.policy import DecisionPoint, DirectedLink, RoutingPolicy, SlotKey, SlotMove, _Load
+from fabric.routing.loads import _Load
+from fabric.routing.policy import DecisionPoint, DirectedLink, RoutingPolicy, SlotKey, SlotMove
 
 
 class StaticPolicy(RoutingPolicy):
