@@ -109,7 +109,7 @@ class Emulated:
         fabric = plan.fabric
         weight = [max(plan.templates[c.template].size_bytes, 1) for c in plan.calls]
         total = float(sum(weight))
-        done_bytes = [0.0]
+        done_bytes = 0.0
         tell = progress or (lambda p: None)
         poll_ms = controller_poll_ms(fabric, plan.mbps_per_gbps)
         tell(RunProgress("bring-up", 0, len(plan.calls)))
@@ -123,8 +123,9 @@ class Emulated:
                 return {(sw, int(port)): int(tx) for sw, port, tx, _rx in ctl.get("/api/counters")["ports"]}
 
             def done(n: int, calls: int, call: int) -> None:
-                done_bytes[0] += weight[call]
-                tell(RunProgress("replay", n, calls, done_bytes[0] / total))
+                nonlocal done_bytes
+                done_bytes += weight[call]
+                tell(RunProgress("replay", n, calls, done_bytes / total))
                 if self.during is not None:
                     self.during(lab, n, calls)
 

@@ -96,8 +96,7 @@ class ConnectionTable:
         """Connection `c` as an object; its destination port `dport_base` + its lane (the replay's agents
         listen on one port per lane from `dport_base`), 0 where `dport_base` is 0."""
         nics = self.fabric.nic_ports
-        n = len(self.fabric.hosts)
-        lane = int(self.pair_key[self.pair_of_connection[c]]) // (n * n)
+        lane = int(self.pair_lane[self.pair_of_connection[c]])
         return Connection(c, nics[int(self.src_nic[c])], nics[int(self.dst_nic[c])], int(self.channel[c]),
                           int(self.sport[c]), lane, dport_base + lane if dport_base else 0)
 
@@ -112,6 +111,18 @@ class ConnectionTable:
     @cached_property
     def pair_of_connection(self) -> IntArray:
         return np.repeat(np.arange(self.pair_key.size, dtype=np.intp), np.diff(self.pair_ptr))
+
+    @cached_property
+    def pair_lane(self) -> IntArray:
+        """Each pair's lane (`pair_key` decoded)."""
+        n = len(self.fabric.hosts)
+        return self.pair_key // (n * n)
+
+    @cached_property
+    def pair_hosts(self) -> tuple[IntArray, IntArray]:
+        """Each pair's (sender, receiver) host positions (`pair_key` decoded)."""
+        n = len(self.fabric.hosts)
+        return self.pair_key // n % n, self.pair_key % n
 
 
 def sorted_unique(values: IntArray) -> IntArray:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from fabric.flowsim.connections import Connection
+from fabric.flowsim.connections import Connection, pair_key
 from fabric.transfers import split_bytes
 from traffic.replay.plan import ReplayError, ReplayPlan, Template
 
@@ -120,7 +120,7 @@ def place(plan: ReplayPlan) -> PlacedPlan:
             if a == b:
                 parts: tuple[Part, ...] = ()
             else:
-                ids = ids_of[(t.lane * n + pos[a]) * n + pos[b]]
+                ids = ids_of[int(pair_key(n, pos[a], pos[b], t.lane))]
                 # every part carries at least one byte; a 0-byte transfer is one 0-byte part
                 split = [(cid, k) for cid, k in zip(ids, split_bytes(size, len(ids))) if k > 0]
                 parts = tuple(Part(cid, k) for cid, k in split) if split else (Part(ids[0], 0),)

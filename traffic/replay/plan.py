@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -168,13 +169,15 @@ class ReplayPlan:
 
     def hosts(self) -> list[str]:
         """Every host that takes part (sends, receives or runs a rank)."""
+        return list(self._hosts)
+
+    @cached_property
+    def _hosts(self) -> tuple[str, ...]:
         used = set(self.placement.hosts)
         names = [h.name for h in self.fabric.hosts]
-        n = len(names)
-        keys = self.connections.pair_key
-        for i in np.unique(np.concatenate([keys // n % n, keys % n])).tolist():
+        for i in np.unique(np.concatenate(self.connections.pair_hosts)).tolist():
             used.add(names[i])
-        return [h for h in names if h in used]
+        return tuple(h for h in names if h in used)
 
     @property
     def mbps_per_gbps(self) -> float:

@@ -125,8 +125,7 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
     table = plan.connections
     routes = LinkRoutes(fabric, policy, directed_links(fabric)[0])
     paths = routes.rows(table.src_nic, table.dst_nic, table.sport)  # walked once: the run starts on them
-    n = len(fabric.hosts)
-    lane = table.pair_key // (n * n)
+    lane = table.pair_lane
     per_lane = [ecmp_collisions(policy, table, routes, paths,
                                 np.flatnonzero(np.repeat(lane == k, np.diff(table.pair_ptr))))
                 for k in np.unique(lane).tolist()]
