@@ -5,6 +5,12 @@ A `Fabric` is plain data and needs no root. Building one validates it; every err
 offending item. Sizes and link rates must lie within `fabric.limits`, and each plane must be connected. Switch ports carry their OpenFlow port numbers (1, 2, ...); host ports are NIC
 indexes (0 -> `<host>-eth0`). Each host has at most one NIC port per plane, and its address in a
 plane is `plane.subnet + host.index + 1` (plane A 198.18.0.0/16, plane B 198.19.0.0/16).
+
+Servers: a host of the model is one GPU and its NIC (one port per plane). A fabric with
+`gpus_per_server` G > 1 groups its hosts into servers of G in host order (hosts G*s .. G*s+G-1 are
+server s; a host's GPU index in its server, `gpu_of`, is its rail). The GPUs of a server are joined by
+NVLink at `nvlink_gbps` per GPU each way; transfers between them never touch the fabric. G = 1 (the
+default) makes every host its own server, as every fabric before servers were modelled.
 """
 from __future__ import annotations
 
@@ -103,9 +109,38 @@ class Fabric:
     switches: tuple[Switch, ...]
     hosts: tuple[Host, ...]
     links: tuple[Link, ...]
+    gpus_per_server: int = 1  # G: hosts G*s .. G*s+G-1 are server s (module docstring)
+    nvlink_gbps: float = 0.0  # in-server bandwidth per GPU, each way (Gbit/s); 0 with G = 1
 
     def __post_init__(self) -> None:
         _validate(self)
+
+    # ---- servers -------------------------------------------------------------------------------
+    @property
+    def servers(self) -> int:
+        return len(self.hosts) // self.gpus_per_server
+
+    def server_of(self, host: str) -> int:
+        """The server a host (GPU) is in."""
+        return self.host_by_name[host].index // self.gpus_per_server
+
+    def gpu_of(self, host: str) -> int:
+        """The host's GPU index in its server: its rail (0 with one GPU per server)."""
+        return self.host_by_name[host].index % self.gpus_per_server
+
+    def server_hosts(self, server: int) -> tuple[str, ...]:
+        """The hosts (GPUs) of server `server`, in GPU order."""
+        g = self.gpus_per_server
+        return tuple(h.name for h in self.hosts[server * g:(server + 1) * g])
+
+    def same_server(self, a: str, b: str) -> bool:
+        """Whether two hosts are GPUs of one server (their transfers go over NVLink, not the fabric)."""
+        return self.server_of(a) == self.server_of(b)
+
+    @property
+    def nvlink_bps(self) -> float:
+        """The in-server bandwidth per GPU each way, bits per second (0 without servers)."""
+        return self.nvlink_gbps * 1e9
 
     # ---- lookups -------------------------------------------------------------------------------
     @cached_property
@@ -229,6 +264,7 @@ def host_mac(plane_index: int, host_index: int) -> str:
 def _validate(fab: Fabric) -> None:
     """Check a fabric; raise TopologyError naming the first offending item."""
     check_sizes(f"fabric {fab.name!r}", len(fab.hosts), len(fab.switches), len(fab.links), len(fab.planes))
+    _check_servers(fab)
     if not fab.planes:
         raise TopologyError(f"fabric {fab.name!r} declares no planes")
     seen_planes: dict[str, Plane] = {}
@@ -327,6 +363,23 @@ def _validate(fab: Fabric) -> None:
             if plane.name not in host_planes[host.name]:
                 raise TopologyError(f"host {host.name!r} has no port in plane {plane.name!r}")
     _check_planes_connected(fab)
+
+
+def _check_servers(fab: Fabric) -> None:
+    g = fab.gpus_per_server
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+        raise TopologyError(f"fabric {fab.name!r}: gpus_per_server must be an integer >= 1, got {g!r}")
+    if len(fab.hosts) % g:
+        raise TopologyError(f"fabric {fab.name!r}: {len(fab.hosts)} hosts are not a whole number of servers of "
+                            f"{g} GPUs (gpus_per_server)")
+    if not fab.nvlink_gbps >= 0 or fab.nvlink_gbps != fab.nvlink_gbps:
+        raise TopologyError(f"fabric {fab.name!r}: nvlink_gbps must be >= 0, got {fab.nvlink_gbps}")
+    if g > 1 and not fab.nvlink_gbps > 0:
+        raise TopologyError(f"fabric {fab.name!r}: servers of {g} GPUs need their in-server bandwidth "
+                            "(nvlink_gbps > 0, per GPU each way; e.g. 3600 for H100 NVLink 4's 450 GB/s)")
+    if fab.nvlink_gbps > 1e6:
+        raise TopologyError(f"fabric {fab.name!r}: nvlink_gbps {fab.nvlink_gbps} is beyond any in-server link "
+                            "(more than 1 Pbit/s)")
 
 
 def _check_planes_connected(fab: Fabric) -> None:

@@ -54,6 +54,13 @@ class Collective:
     start_us: float | None = None  # relative to the step start; None where the trace has no timings
     duration_us: float | None = None
     name: str = ""  # the trace's own name for it (kernel, annotation or node name)
+    # it stands for `count` back-to-back collectives of `size_bytes` each, over `duration_us` together (AICB's
+    # `count`; a layer chunk's in-server TP all-reduces); every reader counts and sums bytes with it
+    count: int = 1
+
+    @property
+    def total_bytes(self) -> int:
+        return self.size_bytes * self.count
 
     @property
     def group_size(self) -> int:
@@ -97,7 +104,7 @@ class Step:
         out: dict[str, tuple[int, int]] = {}
         for c in self.collectives:
             n, b = out.get(c.kind, (0, 0))
-            out[c.kind] = (n + 1, b + c.size_bytes)
+            out[c.kind] = (n + c.count, b + c.total_bytes)
         return out
 
 
