@@ -7,6 +7,8 @@
                                                 bring up fabric + controller, check all-pairs reachability,
                                                 print a summary, tear down
     fabriclab trace show FILE|DIR [--json]      what a trace holds: ranks, steps, compute, collectives
+    fabriclab workload llm [SPEC] [--write F]   a transformer training step from a model config (presets:
+                                                gpt3-175b, llama3-70b, ...); anywhere a TRACE goes: llm:SPEC
     fabriclab replay [TRACE] [--topology T ...] [--routing R ...] [--out DIR]
                                                 replay a trace's collectives as real TCP bytes; with no
                                                 arguments: the built-in trace on dual-plane-16 (adaptive)
@@ -33,7 +35,8 @@ from fabric import topofile
 from fabric.errors import FabriclabError
 from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_record, cmd_replay,
-                                cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up)
+                                cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up,
+                                cmd_workload_llm)
 
 ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as package.module:ClassName "
                 "(a fabric.routing.RoutingPolicy subclass, importable here)")
@@ -121,15 +124,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     trace = sub.add_parser("trace", help="inspect traces").add_subparsers(dest="trace_command", required=True)
     tshow = trace.add_parser("show", help="ranks, steps, compute, collectives per kind, exposed-communication share")
-    tshow.add_argument("trace", metavar="FILE|DIR", help="Kineto JSON (.json, .json.gz, or a directory of "
-                                                          "per-rank files), Chakra .et, or an NCCL debug log")
+    tshow.add_argument("trace", metavar="FILE|DIR|llm:SPEC", help="Kineto JSON (.json, .json.gz, or a directory "
+                       "of per-rank files), Chakra .et, an NCCL debug log, an AICB CSV or SimAI workload file, or "
+                       "a generated LLM training step (llm:PRESET[,key=value...] or llm:FILE.yaml[,...])")
     tshow.add_argument("--compute-gap-us", type=float, default=None,
                        help="compute before each collective, for traces without timings (NCCL logs)")
     tshow.add_argument("--step-ops", type=int, default=None, metavar="N",
                        help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
                             "from the log's own period or opCount restarts")
+    tshow.add_argument("--rank", type=int, default=None,
+                       help="show this rank's collectives per step and process group (the default for jobs of "
+                            "more than 16 ranks, with their first rank)")
     tshow.add_argument("--json", action="store_true")
     tshow.set_defaults(func=cmd_trace_show)
+
+    wl = sub.add_parser("workload", help="generate training workloads").add_subparsers(dest="workload_command",
+                                                                                     required=True)
+    wllm = wl.add_parser("llm", help="a transformer training step from a model config (docs/workloads.md): its "
+                                     "collectives per process group, compute and schedule")
+    wllm.add_argument("spec", nargs="?", default="gpt3-175b", metavar="SPEC",
+                      help="PRESET[,key=value...] or FILE.yaml[,key=value...] (default gpt3-175b: TP8 PP8 DP16 on "
+                           "1024 GPUs); the same SPEC runs anywhere as TRACE llm:SPEC")
+    wllm.add_argument("--rank", type=int, default=None, help="the rank whose collectives are listed (default: the "
+                                                             "first)")
+    wllm.add_argument("--write", metavar="FILE", help="write the resolved config as YAML")
+    wllm.add_argument("--topology", metavar="T", help="also say how far each process group reaches on this fabric "
+                                                      "(one server, one leaf, a pod, the core)")
+    wllm.add_argument("--placement", default="block", help="rank -> host for --topology: block (Megatron's order "
+                                                           "on the hosts in order, the default), spread, or a file")
+    wllm.add_argument("--json", action="store_true")
+    wllm.set_defaults(func=cmd_workload_llm)
 
     rp = sub.add_parser("replay", help="replay a trace's collectives as real TCP bytes over the emulated fabric")
     _workload_args(rp, "results/replay")

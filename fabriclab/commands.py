@@ -106,23 +106,82 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0 if check.ok else 1
 
 
-def cmd_trace_show(args: argparse.Namespace) -> int:
-    from traffic.traces import load, summarize as summarize_trace
+#: `trace show` lists a job rank by rank up to this many ranks, else one rank per process group
+TRACE_SHOW_RANKS = 16
 
-    summary = summarize_trace(load(args.trace, compute_gap_us=args.compute_gap_us,
-                                   collectives_per_step=args.step_ops))
-    if args.json:
-        print(json.dumps(summary.to_dict(), indent=2))
+
+def cmd_trace_show(args: argparse.Namespace) -> int:
+    from traffic.traces import load
+
+    workload = load(args.trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
+    return _show_workload(workload, args.rank, args.json)
+
+
+def cmd_workload_llm(args: argparse.Namespace) -> int:
+    """`workload llm SPEC`: the model, its parallelism and compute model, then the generated step as
+    `trace show` prints it; `--write FILE` keeps the resolved config as YAML (to edit and pass back)."""
+    import yaml
+
+    from traffic.llm import build_workload, describe, load_config
+
+    config = load_config(args.spec)
+    if args.write:
+        Path(args.write).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    workload = build_workload(config)
+    reach = []
+    if args.topology:
+        from traffic.placement import resolve_placement
+        from traffic.reach import group_reach
+
+        fab = topofile.load(args.topology)
+        reach = group_reach(workload, fab, resolve_placement(fab, workload.world_size, args.placement))
+    if not args.json:
+        print(describe(config))
+        if args.write:
+            print(f"config       written to {args.write}")
+        for r in reach:
+            print(f"reach        on {args.topology} ({args.placement}): {r.describe()}")
+    return _show_workload(workload, args.rank, args.json, {"reach": [r.to_dict() for r in reach]} if reach else None)
+
+
+def _show_workload(workload: Any, rank_asked: int | None, as_json: bool, extra: dict[str, Any] | None = None) -> int:
+    from traffic.traces import summarize as summarize_trace
+    from traffic.traces.groups import by_group
+
+    summary = summarize_trace(workload)
+    # a large job is shown as one rank sees it, per process group; a small one rank by rank
+    per_group = rank_asked is not None or len(workload.ranks) > TRACE_SHOW_RANKS
+    rank = rank_asked if rank_asked is not None else workload.ranks[0].rank
+    groups = by_group(workload, rank) if per_group else []
+    if as_json:
+        out = summary.to_dict()
+        if per_group:
+            out["per_step"] = [s for s in out["per_step"] if s["rank"] == rank]
+            out["by_group"] = {"rank": rank, "rows": [g.to_dict() for g in groups]}
+        out.update(extra or {})
+        print(json.dumps(out, indent=2))
         return 0
     print(f"trace        {summary.source} ({summary.format})")
     print(f"ranks        {len(summary.ranks)} in the trace of a {summary.world_size}-rank job; "
           f"{summary.steps} step(s) per rank; {'timed' if summary.timed else 'NO timings'}")
+    training = getattr(workload, "training", None)
+    if training is not None:
+        print(f"model        {training.summary()}")
+    rows = [st for st in summary.step_summaries if not per_group or st.rank == rank]
     print(f"{'rank':>5} {'step':>6} {'duration':>11} {'compute':>11} {'exposed comm':>13} {'share':>7}  collectives")
-    for st in summary.step_summaries:
+    for st in rows:
         share = "-" if st.exposed_comm_share is None else f"{st.exposed_comm_share:.1%}"
         kinds = ", ".join(f"{k.count} {k.kind} {format_bytes(k.size_bytes)}" for k in st.kinds)
         print(f"{st.rank:>5} {st.number:>6} {format_us(st.duration_us):>11} {format_us(st.compute_us):>11} "
               f"{format_us(st.exposed_comm_us):>13} {share:>7}  {kinds}")
+    if per_group:
+        print(f"\nrank {rank}'s collectives per step and group (stream)")
+        print(f"{'step':>6} {'group':>6} {'kind':<15} {'ranks':>5} {'count':>7} {'each':>19} {'total':>11}")
+        for g in groups:
+            each = (format_bytes(g.min_bytes) if g.min_bytes == g.max_bytes
+                    else f"{format_bytes(g.min_bytes)}-{format_bytes(g.max_bytes)}")
+            print(f"{g.step:>6} {g.group:>6} {g.kind:<15} {g.group_size:>5} {g.count:>7} {each:>19} "
+                  f"{format_bytes(g.total_bytes):>11}")
     for note in summary.notes:
         print(f"note         {note}")
     return 0

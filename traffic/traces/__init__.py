@@ -32,6 +32,8 @@ def default_ranks(ranks: int | None, trace: str | None) -> int | None:
     return BUILTIN_RANKS
 
 FORMATS = ("kineto", "nccl-log", "chakra")
+#: A TRACE argument starting with this is a generated LLM training step, not a file (`load`)
+LLM_PREFIX = "llm:"
 _SNIFF_BYTES = 1 << 16  # how much of a file's (decompressed) start the format detection reads
 
 
@@ -90,7 +92,16 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
     """Read a trace file, or a directory of per-rank trace files of one format, into a Workload.
 
     `compute_gap_us` and `collectives_per_step` apply to NCCL logs only (they have no timings and no step
-    markers); passing them for another format is a TraceError."""
+    markers); passing them for another format is a TraceError.
+
+    `llm:SPEC` is no file: a transformer training step generated from a model config (`traffic.llm`:
+    `llm:PRESET[,key=value...]` or `llm:FILE.yaml[,key=value...]`)."""
+    if isinstance(path, str) and path.startswith(LLM_PREFIX):
+        if compute_gap_us is not None or collectives_per_step is not None:
+            raise TraceError(f"{path}: compute_gap_us / collectives_per_step (--compute-gap-us / --step-ops) apply to "
+                             "NCCL logs only; a generated LLM step has its own compute and steps")
+        from traffic.llm import build_workload, load_config
+        return build_workload(load_config(path[len(LLM_PREFIX):]))
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
