@@ -78,6 +78,16 @@ def busbw_bps(kind: str, size_bytes: int, n: int, seconds: float) -> float:
     return algbw_bps(size_bytes, seconds) * busbw_factor(kind, n)
 
 
+def mfu(model_flops_per_step: float, step_us: float, peak_flops_per_gpu: float, gpus: int) -> float:
+    """Model FLOPs utilisation: the model's FLOPs per step (forward and backward, no recompute) over what
+    `gpus` GPUs at their peak could do in the step's time. An output of the run: communication and
+    pipeline bubbles lengthen the step and so lower it."""
+    if not step_us > 0 or not peak_flops_per_gpu > 0 or gpus < 1:
+        raise MetricError(f"mfu needs step_us > 0, a peak > 0 and gpus >= 1 (got {step_us}, {peak_flops_per_gpu}, "
+                          f"{gpus})")
+    return model_flops_per_step / (step_us * 1e-6 * peak_flops_per_gpu * gpus)
+
+
 # --- tails --------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

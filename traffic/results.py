@@ -44,6 +44,9 @@ class RunMeta:
     duration_s: float  # wall time of the whole run
     notes: tuple[str, ...] = ()
     ports: str = "planned"  # connection source ports: planned per path, or hashed (as the OS picks)
+    # a generated training step's compute model (`traffic.workload.TrainingInfo` as a dict: model FLOPs per
+    # step, the GPU's peak, the GPU count, ...): what MFU is computed from; None for recorded traces
+    training: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if d["meta"]["training"] is None:  # recorded traces: the record as it was before generated steps
+            del d["meta"]["training"]
         d["steps"] = [asdict(s) | {"utilisation": s.utilisation, "comm_share": s.comm_share} for s in self.steps]
         return d
 

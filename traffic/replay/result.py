@@ -16,6 +16,7 @@ per collective, composed step timelines, and the run's description.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from typing import Any
 
@@ -99,6 +100,11 @@ def busiest_links(links: list[LinkSeries], interval_s: float, bound_share: float
     return rows
 
 
+def _training(workload: Any) -> dict[str, Any] | None:
+    info = getattr(workload, "training", None)
+    return None if info is None else dataclasses.asdict(info)
+
+
 def build_result(plan: ReplayPlan, run: BackendRun, *, trace: str, routing: str) -> RunResult:
     """The one `RunResult` of both backends: per-collective times and bandwidths and composed steps from
     the calls' times, the run's description (`RunMeta`) from the plan, the rest as the backend measured it."""
@@ -114,6 +120,7 @@ def build_result(plan: ReplayPlan, run: BackendRun, *, trace: str, routing: str)
         compute=opts.compute, repeat=opts.repeat, steps_recorded=plan.workload.steps,
         started_wall=run.timings.started_wall, duration_s=run.timings.ended_s - run.timings.started_s,
         notes=(*plan.workload.notes, *plan_notes, *run.notes), ports=opts.ports,
+        training=_training(plan.workload),
     )
     return RunResult(meta, tuple(colls), tuple(steps), run.link_interval_s, run.links, run.fidelity, run.faults,
                      run.events, extra=run.extra, link_origin_emu_s=run.link_origin_emu_s)

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from traffic.metrics import (MetricError, Percentiles, StepTimes, algbw_bps, busbw_factor, check_step_identity,
+from traffic.metrics import (MetricError, Percentiles, StepTimes, algbw_bps, busbw_factor, check_step_identity, mfu,
                              percentiles)
 from traffic.results import CollectiveResult, LinkSeries, RunMeta, RunResult, StepResult
 from traffic.workload import KINDS, merge_intervals
@@ -105,6 +105,8 @@ class RunSummary:
     cpu_idle_share: float
     fidelity_warnings: tuple[str, ...]
     checks: tuple[str, ...]  # what the report found inconsistent in the record
+    # model FLOPs utilisation at the mean step time (generated training steps only: `RunMeta.training`)
+    mfu: float | None = None
 
     def kind(self, kind: str) -> KindSummary | None:
         return next((k for k in self.kinds if k.kind == kind), None)
@@ -306,7 +308,15 @@ def summarize(result: RunResult) -> RunSummary:
         hottest_link=_hottest(stats), hottest_by_tier=_hottest_by_tier(stats),
         faults=len(result.faults), controller_events=len(result.events),
         cpu_bound=fid.cpu_bound, cpu_idle_share=fid.cpu_idle_share, fidelity_warnings=fid.warnings,
-        checks=tuple(identity + _bandwidth_checks(result.collectives) + _meta_checks(result)))
+        checks=tuple(identity + _bandwidth_checks(result.collectives) + _meta_checks(result)),
+        mfu=_mfu(meta, step_sum / len(rows) if rows else None))
+
+
+def _mfu(meta: RunMeta, mean_step_us: float | None) -> float | None:
+    t = meta.training
+    if not t or not mean_step_us:
+        return None
+    return mfu(t["model_flops_per_step"], mean_step_us, t["peak_flops_per_gpu"], t["world_size"])
 
 
 # --- comparison ---------------------------------------------------------------------------------------
@@ -359,6 +369,7 @@ def compare(a: RunResult, b: RunResult) -> Comparison:
             _row("step time p99", "us", _pct(sa.step_time_us, "p99"), _pct(sb.step_time_us, "p99")),
             *_kind_rows(sa, sb),
             _row("communication share", "share", sa.comm_share_mean, sb.comm_share_mean),
+            *([_row("MFU", "share", sa.mfu, sb.mfu)] if sa.mfu is not None or sb.mfu is not None else []),
             _row("hottest link utilisation", "share", _active_util(sa.hottest_link), _active_util(sb.hottest_link),
                  _link_note(sa.hottest_link), _link_note(sb.hottest_link)),
             *([_row("CPU idle", "share", sa.cpu_idle_share, sb.cpu_idle_share,

@@ -59,6 +59,9 @@ def format_summary(s: RunSummary) -> str:
         lines.append(f"             utilisation {format_share(s.utilisation_mean)} mean, "
                      f"{format_share(s.utilisation_pooled)} pooled; communication share "
                      f"{format_share(s.comm_share_mean)} mean, {format_share(s.comm_share_pooled)} pooled")
+    if s.mfu is not None:
+        lines.append(f"mfu          {format_share(s.mfu)} at the mean step (model FLOPs per step / (step time x peak x "
+                     "GPUs); the compute model is in the run's notes)")
     if s.kinds:
         table = [["kind", "count", "bytes", "p50", "p99", "p999", "algbw", "busbw", "busbw largest class"]]
         table += [[k.kind, str(k.count), format_bytes(k.total_bytes), format_us(k.latency_us.p50),
