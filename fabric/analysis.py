@@ -1,11 +1,14 @@
 """What `fabriclab topo show` reports about a fabric: counts, bandwidths, oversubscription, paths.
 
 - per-host bandwidth: sum of a host's NIC rates (min and max over hosts);
-- bisection bandwidth: the min cut (max flow) between the first and the second half of the hosts in
-  index order, which for the shipped builders separates whole leaves/pods;
+- bisection bandwidth: the min cut (max flow) between the first and the second half of the hosts
+  ordered by the edge switch of their first NIC (then by index), which for the shipped builders
+  separates whole leaves/pods, also when wired by rail (there host order alternates edge switches);
 - oversubscription per tier: max over switches of (capacity towards hosts / capacity away from
   hosts); a switch-switch link within one tier (a leaf mesh) counts as away from hosts;
 - hops and equal-cost paths between host pairs: min and max over all pairs (`fabric.routing`);
+- servers: `gpus_per_server`, the server count, the NVLink rate, and `rails`: G when every edge switch's
+  hosts are one GPU index (the fabric is wired by rail), else 0;
 - `cover_switches`: the switches whose ports see every link (where the controller polls port counters).
 """
 from __future__ import annotations
@@ -38,22 +41,35 @@ class TopoSummary:
     hops_max: int
     ecmp_paths_min: int
     ecmp_paths_max: int
+    servers: int = 0
+    gpus_per_server: int = 1
+    rails: int = 0  # G when wired by rail (`rails`), else 0
+    nvlink_gbps: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def edge_order(fab: Fabric) -> list[str]:
+    """Host names ordered by the edge switch of their first NIC (switch declaration order), then by
+    index: host index order for server-wired builder fabrics, whole rails together for rail-wired ones."""
+    position = {s.name: i for i, s in enumerate(fab.switches)}
+    first = {h.name: position[fab.nics_of[h.name][0].switch] for h in fab.hosts}
+    return sorted((h.name for h in fab.hosts), key=lambda name: (first[name], fab.host_by_name[name].index))
+
+
 def bisection_gbps(fab: Fabric) -> float:
-    """Min cut between hosts [0, n/2) and [n/2, n) (capacities in Gbit/s, links full duplex)."""
-    n = len(fab.hosts)
+    """Min cut between the first and second half of `edge_order` (capacities in Gbit/s, links full duplex)."""
+    order = edge_order(fab)
+    n = len(order)
     g = nx.DiGraph()
     for link in fab.links:
         g.add_edge(link.a.node, link.b.node, capacity=link.rate_gbps)
         g.add_edge(link.b.node, link.a.node, capacity=link.rate_gbps)
-    for h in fab.hosts[: n // 2]:
-        g.add_edge("__src__", h.name)  # no capacity attribute = infinite
-    for h in fab.hosts[n // 2 :]:
-        g.add_edge(h.name, "__dst__")
+    for name in order[: n // 2]:
+        g.add_edge("__src__", name)  # no capacity attribute = infinite
+    for name in order[n // 2 :]:
+        g.add_edge(name, "__dst__")
     value, _ = nx.maximum_flow(g, "__src__", "__dst__")
     return float(value)
 
@@ -75,10 +91,23 @@ def oversubscription(fab: Fabric) -> dict[str, float]:
     return {r: round(worst[r], 4) for r in order}
 
 
+def rails(fab: Fabric) -> int:
+    """The rail count of a rail-wired fabric: its `gpus_per_server` G when G > 1 and the hosts on
+    every switch are GPUs of one index in their servers (one rail per switch); else 0."""
+    g = fab.gpus_per_server
+    if g < 2:
+        return 0
+    rail_at: dict[str, int] = {}
+    for port in fab.nic_ports:
+        if rail_at.setdefault(port.switch, fab.gpu_of(port.host)) != fab.gpu_of(port.host):
+            return 0
+    return g
+
+
 def summarize(fab: Fabric, table: PathTable | None = None) -> TopoSummary:
     table = table or PathTable(fab)
     lo, hi = table.pair_range()
-    bw = [fab.host_bandwidth_gbps(h.name) for h in fab.hosts]
+    bw = [fab.host_bandwidth_gbps(name) for name in edge_order(fab)]
     bis = bisection_gbps(fab)
     half = len(fab.hosts) // 2
     # The cut also bounds by the smaller side's own NIC bandwidth.
@@ -100,6 +129,10 @@ def summarize(fab: Fabric, table: PathTable | None = None) -> TopoSummary:
         hops_max=hi.hops,
         ecmp_paths_min=lo.paths,
         ecmp_paths_max=hi.paths,
+        servers=fab.servers,
+        gpus_per_server=fab.gpus_per_server,
+        rails=rails(fab),
+        nvlink_gbps=fab.nvlink_gbps,
     )
 
 

@@ -10,6 +10,13 @@ Uplink rates are derived from the host NIC rate and an oversubscription ratio, s
 need only the NIC rate: `dual_plane(nic_rate_gbps=200)` and `pyramid(nic_rate_gbps=400)` give every
 host the same 400 Gbit/s.
 
+Servers: every builder takes `gpus_per_server` (G), `nvlink_gbps` and `wiring`. A host stays one GPU
+with its NIC(s); hosts G*s .. G*s+G-1 are server s (`fabric.model`). `wiring="server"` hangs host k
+from edge switch k // hosts_per_edge, so a server's GPUs share an edge switch. `wiring="rail"`
+(rail-optimised) puts NIC g of every server on rail g: a rail group is hosts_per_edge servers, and
+GPU g of server s hangs from edge switch (s // hosts_per_edge) * G + g (in both planes of
+`dual_plane`); every edge switch still has hosts_per_edge hosts.
+
 Each builder works out its host, switch and link counts from its parameters and refuses counts beyond
 `fabric.limits` before it builds anything (a billion hosts fail at once, not after minutes).
 """
@@ -52,7 +59,8 @@ class _Wiring:
         self._next_port[b] += 1
         self.links.append(Link(ea, eb, float(rate_gbps)))
 
-    def fabric(self, name: str, planes: list[str], hosts: list[str]) -> Fabric:
+    def fabric(self, name: str, planes: list[str], hosts: list[str], gpus_per_server: int = 1,
+               nvlink_gbps: float = 0.0) -> Fabric:
         """The one way every builder assembles (and so validates) its Fabric."""
         return Fabric(
             name=name,
@@ -60,6 +68,8 @@ class _Wiring:
             switches=tuple(self.switches),
             hosts=tuple(Host(n, i) for i, n in enumerate(hosts)),
             links=tuple(self.links),
+            gpus_per_server=gpus_per_server,
+            nvlink_gbps=float(nvlink_gbps),
         )
 
 
@@ -81,6 +91,37 @@ def _leaves_for(hosts: int, per_leaf: int, name: str = "hosts_per_leaf") -> int:
     if hosts % per_leaf:
         raise TopologyError(f"hosts ({hosts}) must be a multiple of {name} ({per_leaf})")
     return hosts // per_leaf
+
+
+WIRINGS = ("server", "rail")
+
+
+def _edge_of(hosts: int, per_edge: int, gpus_per_server: int, wiring: str, per_edge_name: str) -> list[int]:
+    """The edge switch (leaf or ToR) index of each host, checking the server parameters.
+
+    `hosts` is already a positive multiple of `per_edge` (`_leaves_for`)."""
+    g = gpus_per_server
+    if isinstance(g, bool) or not isinstance(g, int) or g < 1:
+        raise TopologyError(f"gpus_per_server must be an integer >= 1, got {g!r}")
+    if hosts % g:
+        raise TopologyError(f"hosts ({hosts}) must be a multiple of gpus_per_server ({g}): whole servers")
+    if wiring == "server":
+        if per_edge % g:
+            raise TopologyError(f"wiring='server' puts a server's GPUs on one edge switch: {per_edge_name} "
+                                f"({per_edge}) must be a multiple of gpus_per_server ({g})")
+        return [k // per_edge for k in range(hosts)]
+    if wiring != "rail":
+        raise TopologyError(f"wiring must be one of {', '.join(map(repr, WIRINGS))}, got {wiring!r}")
+    if g < 2:
+        raise TopologyError(f"wiring='rail' needs servers of more than one GPU (gpus_per_server > 1), got {g}")
+    if hosts % (per_edge * g):
+        raise TopologyError(f"wiring='rail': hosts ({hosts}) must be a multiple of {per_edge_name} x gpus_per_server "
+                            f"({per_edge} x {g} = {per_edge * g}): whole rail groups of {per_edge} servers")
+    return [(k // g // per_edge) * g + k % g for k in range(hosts)]
+
+
+def _default_name(stem: str, hosts: int, wiring: str) -> str:
+    return f"{stem}-{hosts}" + ("-rail" if wiring == "rail" else "")
 
 
 def _planes(names: list[str]) -> tuple[Plane, ...]:
@@ -108,6 +149,7 @@ def _leaf_spine_plane(
     nic_rate_gbps: float,
     oversubscription: float,
     kind: str,
+    edge_of: list[int],
 ) -> None:
     """Wire one plane (parameters already checked by `_plane_size`)."""
     leaves = len(host_names) // hosts_per_leaf
@@ -125,7 +167,7 @@ def _leaf_spine_plane(
             for b in leaf_names[i + 1 :]:
                 w.link(a, b, up_gbps)
     for k, host in enumerate(host_names):
-        w.link(host, leaf_names[k // hosts_per_leaf], nic_rate_gbps)
+        w.link(host, leaf_names[edge_of[k]], nic_rate_gbps)
 
 
 def dual_plane(
@@ -136,19 +178,26 @@ def dual_plane(
     oversubscription: float = 1.0,
     plane_kind: str = "clos",
     name: str | None = None,
+    gpus_per_server: int = 1,
+    nvlink_gbps: float = 0.0,
+    wiring: str = "server",
 ) -> Fabric:
-    """Two independent planes A and B; host i has NIC 0 in plane A and NIC 1 in plane B."""
+    """Two independent planes A and B; host i has NIC 0 in plane A and NIC 1 in plane B (servers and
+    wiring: module docstring; a rail fabric's GPU g is on rail g in both planes)."""
     _rate("nic_rate_gbps", nic_rate_gbps)
     _positive("oversubscription", oversubscription)
     switches, links = _plane_size(_leaves_for(hosts, hosts_per_leaf), hosts, spines_per_plane, plane_kind)
     check_sizes("dual_plane", hosts, 2 * switches, 2 * links, planes=2)
+    edge_of = _edge_of(hosts, hosts_per_leaf, gpus_per_server, wiring, "hosts_per_leaf")
     w = _Wiring()
     host_names = [w.host(f"h{i}") for i in range(hosts)]
     for plane in ("A", "B"):
         _leaf_spine_plane(
-            w, plane, host_names, hosts_per_leaf, spines_per_plane, nic_rate_gbps, oversubscription, plane_kind
+            w, plane, host_names, hosts_per_leaf, spines_per_plane, nic_rate_gbps, oversubscription, plane_kind,
+            edge_of,
         )
-    return w.fabric(name or f"dual-plane-{hosts}", ["A", "B"], host_names)
+    return w.fabric(name or _default_name("dual-plane", hosts, wiring), ["A", "B"], host_names, gpus_per_server,
+                    nvlink_gbps)
 
 
 def leaf_spine(
@@ -158,16 +207,22 @@ def leaf_spine(
     nic_rate_gbps: float = 400.0,
     oversubscription: float = 1.0,
     name: str | None = None,
+    gpus_per_server: int = 1,
+    nvlink_gbps: float = 0.0,
+    wiring: str = "server",
 ) -> Fabric:
-    """One leaf-spine plane A, single-homed hosts."""
+    """One leaf-spine plane A, single-homed hosts (servers and wiring: module docstring)."""
     _rate("nic_rate_gbps", nic_rate_gbps)
     _positive("oversubscription", oversubscription)
     _positive("spines", spines)
-    check_sizes("leaf_spine", hosts, *_plane_size(_leaves_for(hosts, hosts_per_leaf), hosts, spines, "clos"))
+    sizes = _plane_size(_leaves_for(hosts, hosts_per_leaf), hosts, spines, "clos")
+    check_sizes("leaf_spine", hosts, *sizes)
+    edge_of = _edge_of(hosts, hosts_per_leaf, gpus_per_server, wiring, "hosts_per_leaf")
     w = _Wiring()
     host_names = [w.host(f"h{i}") for i in range(hosts)]
-    _leaf_spine_plane(w, "A", host_names, hosts_per_leaf, spines, nic_rate_gbps, oversubscription, "clos")
-    return w.fabric(name or f"leaf-spine-{hosts}", ["A"], host_names)
+    _leaf_spine_plane(w, "A", host_names, hosts_per_leaf, spines, nic_rate_gbps, oversubscription, "clos", edge_of)
+    return w.fabric(name or _default_name("leaf-spine", hosts, wiring), ["A"], host_names, gpus_per_server,
+                    nvlink_gbps)
 
 
 def pyramid(
@@ -180,11 +235,14 @@ def pyramid(
     oversubscription: float = 2.0,
     core_oversubscription: float = 1.0,
     name: str | None = None,
+    gpus_per_server: int = 1,
+    nvlink_gbps: float = 0.0,
+    wiring: str = "server",
 ) -> Fabric:
     """Three tiers: hosts -> ToR (`oversubscription`:1) -> aggregation (`core_oversubscription`:1) -> core.
 
     Each ToR connects to every aggregation switch of its pod; every aggregation switch connects to
-    every core switch.
+    every core switch. Servers and wiring: module docstring (the edge switches are the ToRs).
     """
     _rate("nic_rate_gbps", nic_rate_gbps)
     _positive("oversubscription", oversubscription)
@@ -198,6 +256,7 @@ def pyramid(
     pods = tors // tors_per_pod
     aggs = pods * aggs_per_pod
     check_sizes("pyramid", hosts, cores + aggs + tors, aggs * cores + tors * aggs_per_pod + hosts)
+    edge_of = _edge_of(hosts, hosts_per_tor, gpus_per_server, wiring, "hosts_per_tor")
     w = _Wiring()
     host_names = [w.host(f"h{i}") for i in range(hosts)]
     tor_up_gbps = hosts_per_tor * nic_rate_gbps / oversubscription / aggs_per_pod
@@ -215,8 +274,8 @@ def pyramid(
             for agg in agg_names:
                 w.link(tor, agg, tor_up_gbps)
     for k, host in enumerate(host_names):
-        w.link(host, tor_names[k // hosts_per_tor], nic_rate_gbps)
-    return w.fabric(name or f"pyramid-{hosts}", ["A"], host_names)
+        w.link(host, tor_names[edge_of[k]], nic_rate_gbps)
+    return w.fabric(name or _default_name("pyramid", hosts, wiring), ["A"], host_names, gpus_per_server, nvlink_gbps)
 
 
 BUILDERS: dict[str, Callable[..., Fabric]] = {

@@ -13,6 +13,8 @@ or nodes and links listed explicitly (ports optional: numbered in link order whe
     switches: [{name: leaf0, role: leaf, plane: A}]
     hosts: [h0, h1]
     links: [{a: h0, b: leaf0, rate_gbps: 100}, {a: h1, b: leaf0, rate_gbps: 100}]
+    gpus_per_server: 2      # optional (default 1): hosts 2s, 2s+1 are the GPUs of server s
+    nvlink_gbps: 3600       # optional: in-server bandwidth per GPU each way (needed when gpus_per_server > 1)
 
 The file's structure is checked by a pydantic schema; the fabric's meaning by `fabric.model`.
 Before either, the limits of `fabric.limits`: the file's size and encoding (UTF-8), then a streaming
@@ -80,6 +82,8 @@ class ExplicitSpec(_Strict):
     switches: list[SwitchSpec]
     hosts: list[Union[str, HostSpec]]
     links: list[LinkSpec]
+    gpus_per_server: int = 1
+    nvlink_gbps: float = 0.0
 
 
 class BuilderSpec(_Strict):
@@ -175,13 +179,19 @@ def _explicit(spec: ExplicitSpec) -> Fabric:
         pa = ls.a_port if ls.a_port is not None else next_port(ls.a)
         pb = ls.b_port if ls.b_port is not None else next_port(ls.b)
         links.append(Link(Endpoint(ls.a, pa), Endpoint(ls.b, pb), ls.rate_gbps))
-    return Fabric(name=spec.name, planes=tuple(planes), switches=switches, hosts=hosts, links=tuple(links))
+    return Fabric(name=spec.name, planes=tuple(planes), switches=switches, hosts=hosts, links=tuple(links),
+                  gpus_per_server=spec.gpus_per_server, nvlink_gbps=spec.nvlink_gbps)
 
 
 def to_dict(fab: Fabric) -> dict[str, Any]:
-    """The explicit form of a fabric; `from_dict(to_dict(f)) == f`."""
+    """The explicit form of a fabric; `from_dict(to_dict(f)) == f`. Servers (`gpus_per_server`,
+    `nvlink_gbps`) are written only when the fabric has them, so a fabric without stays as it was."""
+    servers: dict[str, Any] = {}
+    if fab.gpus_per_server > 1 or fab.nvlink_gbps:
+        servers = {"gpus_per_server": fab.gpus_per_server, "nvlink_gbps": fab.nvlink_gbps}
     return {
         "name": fab.name,
+        **servers,
         "planes": [{"name": p.name, "subnet": str(p.subnet)} for p in fab.planes],
         "switches": [{"name": s.name, "role": s.role, "plane": s.plane, "dpid": s.dpid} for s in fab.switches],
         "hosts": [h.name for h in fab.hosts],
@@ -313,22 +323,42 @@ def template(path: str | Path) -> tuple[str, dict[str, Any]]:
 #: host count so that a smaller fabric keeps the template's per-switch shape where it can
 _POD = {"pyramid": ("hosts_per_tor", "tors_per_pod")}
 
+#: each builder's hosts-per-edge-switch parameter and its default (a rail group is that many servers)
+_PER_EDGE = {"dual_plane": ("hosts_per_leaf", 4), "leaf_spine": ("hosts_per_leaf", 4),
+             "pyramid": ("hosts_per_tor", 4)}
+
+_RAIL_SUFFIX = "-rail"
+
 
 def scaled(path: str | Path, hosts: int) -> Fabric:
     """The fabric of a builder topology file at `hosts` hosts: the same builder and parameters (NIC
     rates, hosts per edge switch, oversubscription, spines), `hosts` replaced; a pyramid's pods hold
-    at most the ToRs there are (`tors_per_pod` = min(its value, ToRs)). Named like the file with the
-    host count replaced (`dual-plane-1024` at 128 hosts: `dual-plane-128`)."""
+    at most the ToRs there are (`tors_per_pod` = min(its value, ToRs)). With servers of G GPUs,
+    `hosts` must be a multiple of G; a rail-wired fabric with fewer servers than a rail group has
+    its hosts per edge switch cut to the servers there are. Named like the file with the host count
+    replaced (`dual-plane-1024` at 128 hosts: `dual-plane-128`; `dual-plane-1024-rail`:
+    `dual-plane-128-rail`)."""
     builder, params = template(path)
     name = str(params.pop("name"))
     params["hosts"] = hosts
+    g = params.get("gpus_per_server", 1)
+    if isinstance(g, int) and g > 1 and hosts % g:
+        raise TopologyError(f"{path} at {hosts} hosts: {hosts} hosts are not a whole number of servers of {g} GPUs "
+                            f"(gpus_per_server); give a multiple of {g}")
+    if params.get("wiring") == "rail" and builder in _PER_EDGE and isinstance(g, int) and g > 1:
+        per_edge, default = _PER_EDGE[builder]
+        servers = hosts // g
+        if 0 < servers < int(params.get(per_edge, default)):
+            params[per_edge] = servers
     if builder in _POD:
         per_edge, per_pod = _POD[builder]
         edges = -(-hosts // int(params.get(per_edge, 4)))
         if per_pod in params:
             params[per_pod] = max(1, min(int(params[per_pod]), edges))
-    stem, dash, count = name.rpartition("-")
-    params["name"] = f"{stem}-{hosts}" if dash and count.isdigit() else f"{name}-{hosts}"
+    suffix = _RAIL_SUFFIX if name.endswith(_RAIL_SUFFIX) else ""
+    base = name[: len(name) - len(suffix)]
+    stem, dash, count = base.rpartition("-")
+    params["name"] = (f"{stem}-{hosts}" if dash and count.isdigit() else f"{base}-{hosts}") + suffix
     return from_dict({"builder": builder, "params": params}, f"{path} at {hosts} hosts")
 
 

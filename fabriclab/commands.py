@@ -51,14 +51,41 @@ _LABELS = {
 }
 
 
+#: shown after "hosts" when a fabric has servers of more than one GPU
+_SERVER_LABELS = {
+    "servers": "servers",
+    "gpus_per_server": "GPUs per server",
+    "rails": "rails",
+    "nvlink_gbps": "NVLink per GPU, each way (Gbit/s)",
+}
+
+
+def _labels(dicts: list[dict[str, Any]]) -> dict[str, str]:
+    if all(d["gpus_per_server"] == 1 for d in dicts):
+        return _LABELS
+    out: dict[str, str] = {}
+    for key, label in _LABELS.items():
+        out[key] = label
+        if key == "hosts":
+            out.update(_SERVER_LABELS)
+    return out
+
+
+def _show_value(d: dict[str, Any], key: str) -> str:
+    if key == "rails" and not d[key]:
+        return "no rail wiring"
+    return _fmt(d[key])
+
+
 def _show(summaries: list[TopoSummary], as_json: bool) -> str:
     dicts = [s.to_dict() for s in summaries]
     if as_json:
         return json.dumps(dicts[0] if len(dicts) == 1 else dicts, indent=2)
-    width = max(len(v) for v in _LABELS.values()) + 2
+    labels = _labels(dicts)
+    width = max(len(v) for v in labels.values()) + 2
     lines = []
-    for key, label in _LABELS.items():
-        values = [_fmt(d[key]) for d in dicts]
+    for key, label in labels.items():
+        values = [_show_value(d, key) for d in dicts]
         mark = "  *" if len(values) > 1 and len(set(values)) > 1 and key != "name" else ""
         lines.append(f"{label:<{width}}" + "".join(f"{v:<28}" for v in values).rstrip() + mark)
     if len(dicts) > 1:
