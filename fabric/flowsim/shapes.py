@@ -27,14 +27,22 @@ class _Shape:
     computed on first use). A replay's collective on two streams (lanes) is one shape: at 16,384
     GPUs a hierarchical all-reduce's shape holds ~1 GB."""
 
-    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray) -> None:
+    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, gpus_per_server: int = 1,
+                 nvlink_bps: float = 0.0) -> None:
         self.cols = cols  # kept: the run keys shapes by the DAG object's id
         self.size = cols.size_bytes
         self.dep_count = np.diff(cols.dep_ptr)
         self.succ_ptr, self.succ = cols.successors()
         self.roots = np.flatnonzero(self.dep_count == 0).astype(np.intp)
         self.src_host = src
-        self.remote = src != dst
+        # remote: across the fabric (different servers; with one GPU per server, different hosts)
+        self.remote = src // gpus_per_server != dst // gpus_per_server
+        # per transfer, the seconds an in-server transfer between two GPUs takes at the NVLink rate (0:
+        # across the fabric, or both ranks on one host); None: there is none
+        self.local_s: npt.NDArray[np.float64] | None = None
+        nvlink = ~self.remote & (src != dst)
+        if bool(nvlink.any()):
+            self.local_s = np.where(nvlink, self.size * 8 / nvlink_bps, 0.0)
 
     @functools.cached_property
     def phase_of(self) -> IntArray:
@@ -137,7 +145,7 @@ class _Template:
     """One DAG on one placement on one lane: its `_Shape` (shared with the other lanes; its arrays
     referenced here too) and the host pairs it uses: `pair_keys` (lane, sender, receiver as one
     integer) and, once `locate_pairs` has run, `pair`: each transfer's pair index among all the run's
-    pairs (-1: both ranks on one host)."""
+    pairs (-1: both ranks on one server)."""
 
     def __init__(self, shape: _Shape, dst: IntArray, n_hosts: int, lane: int = 0) -> None:
         self.shape = shape
@@ -165,7 +173,7 @@ class _Template:
         dst = rank_host[cols.dst]
         key = (id(job.dag), job.placement)
         if key not in shapes:
-            shapes[key] = _Shape(cols, rank_host[cols.src], dst)
+            shapes[key] = _Shape(cols, rank_host[cols.src], dst, fabric.gpus_per_server, fabric.nvlink_bps)
         return cls(shapes[key], dst, len(host_index), job.lane)
 
     def locate_pairs(self, pair_key: IntArray) -> None:
@@ -189,6 +197,9 @@ def job_templates(fabric: Fabric, jobs: list[Job]) -> tuple[list[_Template], lis
     for k, j in enumerate(jobs):
         if j.start_s < 0 or not math.isfinite(j.start_s):
             raise FlowSimError(f"job {j.dag.label or k}: start_s must be finite and >= 0")
+        if not (j.hold_s >= 0 and math.isfinite(j.hold_s)) or (j.hold_s > 0 and len(j.dag)):
+            raise FlowSimError(f"job {j.dag.label or k}: hold_s must be finite and >= 0, and only for a job "
+                               f"without transfers, got {j.hold_s} with {len(j.dag)} transfers")
         key = (id(j.dag), j.placement, j.lane)
         if key not in by_key:
             by_key[key] = len(templates)
