@@ -148,3 +148,49 @@ def test_one_gpu_per_server_keeps_every_pair_on_the_fabric():
     assert all(t.local_us is None for t in plan.templates)
     assert len(plan.calls) == 2  # count 2 across the fabric: two calls
     assert len(plan.connections.pair_key) == 4  # the ring's 4 host pairs
+
+
+# ---- the emulation's side, without root: placement, and the real agents and driver over loopback ----
+
+def test_placed_in_server_transfers_have_no_parts_and_wait_their_scaled_nvlink_time():
+    from traffic.replay import place
+    w = one_step(coll("all_reduce", 800_000, range(8)), coll("all_reduce", 400_000, range(4), stream="1"))
+    plan = plan_replay(w, servers_fabric(), ReplayOptions(dilation=2e5, mbps_per_gbps=0.01))
+    placed = place(plan)
+    ring8, tp = placed.placed
+    assert tp.template.local_us is not None and ring8.template.local_us is None
+    nv_emu_bps = 3600 * 0.01 * 1e6  # the emulated NVLink rate: 36 Mbit/s
+    for x in ring8.transfers:
+        crosses = (int(x.src_host[1:]) // 4) != (int(x.dst_host[1:]) // 4)
+        assert bool(x.parts) == crosses
+        # 100 kB real x bytes scale 2e5 x 0.01 / 1000 = 200 kB emulated
+        assert x.size_bytes == 200_000
+        assert x.nvlink_s == (0.0 if crosses else pytest.approx(200_000 * 8 / nv_emu_bps))
+    # connections only for the two cross-server pairs (h3 -> h4, h7 -> h0), per plane and channel
+    assert {(c.src_host, c.dst_host) for c in placed.connections} == {("h3", "h4"), ("h7", "h0")}
+    # the all in-server template is the driver's: no agent gets it
+    assert all(str(tp.template.id) not in placed.agent_plan(h)["templates"] and tp.template.id not in
+               placed.agent_plan(h)["templates"] for h in plan.hosts())
+
+
+def test_agents_time_in_server_transfers_and_the_driver_local_calls_over_loopback(tmp_path):
+    from tests.localhosts import LocalHosts
+    from tests.test_replay import loopback
+    from traffic.replay.driver import Driver
+    fab = servers_fabric()
+    dilation, scale = 2e5, 0.01
+    w = one_step(coll("all_reduce", 800_000, range(8), start=100.0),
+                 coll("all_reduce", 400_000, range(4), count=3, stream="1", start=2000.0))
+    placed = loopback(plan_replay(w, fab, ReplayOptions(dilation=dilation, mbps_per_gbps=scale, port=17800)))
+    raw = Driver(placed, LocalHosts(fab), tmp_path, None, 0.5).run()
+    ring, tp = raw.timings
+    nv_s = 200_000 * 8 / (3600 * scale * 1e6)  # one 100 kB real chunk at the emulated NVLink rate
+    # a ring step's send waits for the sender's own send of the step before (and its receive): h0's 14
+    # sends to h1 (in-server, each its NVLink time once the one before is done) chain 14 NVLink hops;
+    # the cross-server hops (over loopback here) add little. Tolerance: 15% + 50 ms for the agents
+    assert 14 * nv_s <= ring.end_s - ring.start_s < 14 * nv_s * 1.15 + 0.05
+    # every in-server receive reported: the 6 in-server transfers of each of the 14 steps, and the network ones
+    assert len(ring.received_s) == 14 * 8
+    # the TP all-reduce: 3 x 6 steps of 100 kB real at 3600 Gbit/s, x the dilation, held by the driver
+    local_s = 3 * 6 * 100_000 * 8 / 3.6e12
+    assert tp.end_s - tp.start_s == pytest.approx(local_s * dilation, rel=1e-9)
