@@ -124,7 +124,6 @@ def place(plan: ReplayPlan) -> PlacedPlan:
     ids_of: dict[int, range] = {int(k): range(int(table.pair_ptr[i]), int(table.pair_ptr[i + 1]))
                                 for i, k in enumerate(table.pair_key.tolist())}
     pos = {h: i for i, h in enumerate(names)}
-    g = fabric.gpus_per_server
     nvlink_emu_bps = fabric.nvlink_gbps * plan.mbps_per_gbps * 1e6
     placed = []
     for t in plan.templates:
@@ -135,7 +134,7 @@ def place(plan: ReplayPlan) -> PlacedPlan:
             a, b = hosts[s], hosts[d]
             size = int(round(size_real * plan.bytes_scale))
             nvlink_s = 0.0
-            if pos[a] // g == pos[b] // g:  # one server (one host if g = 1): no connection
+            if a == b or fabric.same_server(a, b):  # one server: no connection
                 parts: tuple[Part, ...] = ()
                 if a != b:
                     nvlink_s = size * 8 / nvlink_emu_bps

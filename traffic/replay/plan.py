@@ -369,7 +369,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     # each DAG's transfers between hosts: (sender, receiver) host positions, and their transfers
     pos = {h.name: i for i, h in enumerate(fabric.hosts)}
     g = fabric.gpus_per_server
-    host_pairs = [_host_pairs(d, placement, pos, g) for d in dags]
+    server = np.asarray([fabric.server_of(h.name) for h in fabric.hosts], dtype=np.int64)  # by host position
+    host_pairs = [_host_pairs(d, placement, pos, server) for d in dags]
     if options.dilation is not None:
         dilation = options.dilation
         bytes_scale = dilation * scale / 1000
@@ -387,7 +388,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
         d = dag_of[(kind, size_real, ranks)]
         a, b, remote = host_pairs[d]
-        local_us = local_path_us(dags[d], placement, pos, g, fabric.nvlink_bps) if g > 1 and not remote.size else None
+        local_us = local_path_us(dags[d], placement, pos, server, fabric.nvlink_bps) if g > 1 and not remote.size else None
         templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
                                   dags[d], lane, local_us))
         pair_keys.append(pair_key(n_hosts, a, b, lane))
@@ -437,21 +438,22 @@ def _rank_hosts(dag: TransferColumns, placement: Placement, pos: dict[str, int])
 
 
 def _host_pairs(dag: TransferColumns, placement: Placement, pos: dict[str, int],
-                gpus_per_server: int = 1) -> tuple[IntArray, IntArray, IntArray]:
+                server: IntArray | None = None) -> tuple[IntArray, IntArray, IntArray]:
     """The DAG's transfers across the fabric under `placement`: (sender, receiver) host positions and the
-    transfers' indexes (the others are local: both ranks on one server, hosts `gpus_per_server` x s ..)."""
+    transfers' indexes (the others are local: both ranks on one server; `server`: each host position's
+    server, `Fabric.server_of`; None: every host its own)."""
     a, b = _rank_hosts(dag, placement, pos)
-    remote = np.flatnonzero(a // gpus_per_server != b // gpus_per_server)
+    remote = np.flatnonzero(a != b if server is None else server[a] != server[b])
     return a[remote], b[remote], remote
 
 
-def local_path_us(dag: TransferColumns, placement: Placement, pos: dict[str, int], gpus_per_server: int,
+def local_path_us(dag: TransferColumns, placement: Placement, pos: dict[str, int], server: IntArray,
                   nvlink_bps: float) -> float:
     """Real microseconds an all in-server DAG takes: its critical path, each transfer between two GPUs
     taking size x 8 / `nvlink_bps` (0 between ranks on one GPU) once every transfer it depends on is
     delivered (a ring all-reduce of S bytes over n GPUs: 2(n - 1) x S/n x 8 / nvlink_bps)."""
     a, b = _rank_hosts(dag, placement, pos)
-    if bool((a // gpus_per_server != b // gpus_per_server).any()):
+    if bool((server[a] != server[b]).any()):
         raise ReplayError(f"{dag.label or 'transfer DAG'}: not all in-server")
     if not len(dag):
         return 0.0
