@@ -15,6 +15,8 @@ DELIVERY = 2  # a batch of transfers delivered (payload: key into `Clock.batches
 POLL = 3  # the congestion feedback's poll
 REPLAY_END = 4  # replayed phases end (payload: key into `PhaseReplays.replays`)
 SETUP_DONE = 5  # transfers done with their per-transfer delay (cut-through; payload: key into `Clock.batches`)
+#: (cut-through also uses it for in-server transfers: sent once their NVLink time has passed)
+JOB_END = 6  # a job without transfers ends its `hold_s` (payload: the job)
 
 
 class Clock:

@@ -5,7 +5,10 @@ in `after`, once those have all completed (whichever is later): a replay's colle
 for the ones before it on its stream. Between two hosts a transfer is split evenly over the pair's
 connections (`fabric.flowsim.connections`: the replay's NIC, plane and source-port rule), and each part
 is one flow on the path the routing policy gives for its connection (`RoutingPolicy.path`). A transfer
-between ranks on one host is delivered at once. When a transfer begins and when it is delivered is the
+between ranks on one host is delivered at once; one between two GPUs of a server (`Fabric.gpus_per_server`)
+never touches the fabric: it is delivered size x 8 / `Fabric.nvlink_bps` after it begins (a fixed delay:
+no contention on NVLink), or under cut-through counts as sent then. A job without transfers may hold
+for `Job.hold_s` (a replay's all in-server collective). When a transfer begins and when it is delivered is the
 forwarding's (`SimOptions.cut_through`, `fabric.flowsim.forwarding`):
 
 - store and forward (the default): a transfer begins when every transfer it depends on has been
@@ -76,7 +79,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fabric.flowsim.clock import DELIVERY, JOB_START, LINK_EVENT, REPLAY_END, SETUP_DONE, Clock
+from fabric.flowsim.clock import DELIVERY, JOB_END, JOB_START, LINK_EVENT, REPLAY_END, SETUP_DONE, Clock
 from fabric.flowsim.congestion import CongestionPoller
 from fabric.flowsim.connections import ConnectionTable, plan_connection_table
 from fabric.flowsim.flows import Flows
@@ -202,8 +205,11 @@ class _Run:
     def _start_job(self, j: int) -> None:
         self.job_begun_s[j] = self.clock.now
         self.replays.watch = None
-        if not self.left[j]:  # an empty DAG completes as it starts
-            self._job_done(j)
+        if not self.left[j]:  # an empty DAG completes as it starts, or once its hold is over
+            if self.jobs[j].hold_s > 0:
+                self.clock.push(self.clock.now + self.jobs[j].hold_s, JOB_END, j)
+            else:
+                self._job_done(j)
             return
         part = self.pool.start(j)
         tpl = self.pool.template(j)
@@ -321,6 +327,8 @@ class _Run:
                     self._replayed(payload)
                 elif kind == SETUP_DONE:
                     forwarding.setup_done(clock.batches.pop(payload))
+                elif kind == JOB_END:
+                    self._job_done(payload)
                 else:
                     self.poller.poll(flows)
         self.log.flush()

@@ -10,6 +10,10 @@ strategies chosen once per run (`SimOptions.cut_through`).
   the pair's earlier transfers (in order), holds them `per_transfer_s` before its first byte, and is
   delivered `per_hop_s x hops` after its last byte, no earlier than those it depends on.
 
+In-server transfers (between two GPUs of a server: no pair, `t_pair` < 0, and a time in the shape's
+`local_s`) take that time and no link: store and forward delivers them that long after they begin;
+cut-through counts them as sent then.
+
 Both work on the pool's arrays (`pool.TransferPool`) and start flows (`flows.Flows.start`); the run
 calls `begin`, `deliver`, `drained` (a transfer's last byte left) and, for cut-through, `setup_done` (a
 pair's per-transfer delay spent), and `admit` as a job starts; `finished` is the run's callback for
@@ -66,6 +70,18 @@ class Forwarding(ABC):
         """Transfers `g` have spent their per-transfer delay (scheduled only by `CutThrough`)."""
         raise NotImplementedError
 
+    def _local_delay(self, g: IntArray) -> FloatArray:
+        """The NVLink time of local transfers `g` (0 for those of ranks on one host)."""
+        out = np.zeros(g.size)
+        pool = self.pool
+        of = pool.t_job[g]
+        for job in np.unique(of).tolist():
+            local_s = pool.template(job).shape.local_s
+            if local_s is not None:
+                mine = of == job
+                out[mine] = local_s[g[mine] - pool.base[job]]
+        return out
+
     def _hop_delay(self, g: IntArray) -> FloatArray:
         """The per-hop latency of transfers `g`'s paths (their longest connection's)."""
         if not self.per_hop:
@@ -114,6 +130,8 @@ class StoreAndForward(Forwarding):
             pool.start_s[g] = self.clock.now
             local = g[pool.t_pair[g] < 0]
             g = g[pool.t_pair[g] >= 0]
+            if local.size:
+                local = self._after(local, self._local_delay(local))  # in-server: after their NVLink time
             if local.size:
                 todo.append((local, False, True))
             if g.size:
@@ -196,6 +214,15 @@ class CutThrough(Forwarding):
                     continue
             self.pool.start_s[g] = self.clock.now
             remote = self.pool.t_pair[g] >= 0
+            if not remote.all():
+                # in-server transfers count as sent once their NVLink time has passed (`setup_done`)
+                delay = np.zeros(g.size)
+                delay[~remote] = self._local_delay(g[~remote])
+                timed = delay > 0
+                if timed.any():
+                    for value in np.unique(delay[timed]).tolist():
+                        self.clock.push_batch(self.clock.now + value, SETUP_DONE, g[delay == value])
+                    g, remote = g[~timed], remote[~timed]
             local = g[~remote]
             if remote.any() and self.per_transfer_s > 0:
                 # the per-transfer delay holds the pair before the first byte (`setup_done`)

@@ -39,6 +39,9 @@ class Job:
     # to begin on an otherwise idle fabric simulated, the block's later ones replayed from it
     # (`phases.PhaseReplays`); 1: every phase simulated
     sample_phases: int = 1
+    # a job without transfers (an empty DAG) that takes this long: it completes `hold_s` after it starts
+    # (a replay's in-server collective, timed at the NVLink rate); 0 for a job with transfers
+    hold_s: float = 0.0
 
     @property
     def columns(self) -> TransferColumns:

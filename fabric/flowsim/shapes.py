@@ -27,14 +27,22 @@ class _Shape:
     computed on first use). A replay's collective on two streams (lanes) is one shape: at 16,384
     GPUs a hierarchical all-reduce's shape holds ~1 GB."""
 
-    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray) -> None:
+    def __init__(self, cols: TransferColumns, src: IntArray, dst: IntArray, server: IntArray | None = None,
+                 nvlink_bps: float = 0.0) -> None:
         self.cols = cols  # kept: the run keys shapes by the DAG object's id
         self.size = cols.size_bytes
         self.dep_count = np.diff(cols.dep_ptr)
         self.succ_ptr, self.succ = cols.successors()
         self.roots = np.flatnonzero(self.dep_count == 0).astype(np.intp)
         self.src_host = src
-        self.remote = src != dst
+        # remote: across the fabric (different servers, `server`: each host index's; None: every host its own)
+        self.remote = src != dst if server is None else server[src] != server[dst]
+        # per transfer, the seconds an in-server transfer between two GPUs takes at the NVLink rate (0:
+        # across the fabric, or both ranks on one host); None: there is none
+        self.local_s: npt.NDArray[np.float64] | None = None
+        nvlink = ~self.remote & (src != dst)
+        if bool(nvlink.any()):
+            self.local_s = np.where(nvlink, self.size * 8 / nvlink_bps, 0.0)
 
     @functools.cached_property
     def phase_of(self) -> IntArray:
@@ -137,7 +145,7 @@ class _Template:
     """One DAG on one placement on one lane: its `_Shape` (shared with the other lanes; its arrays
     referenced here too) and the host pairs it uses: `pair_keys` (lane, sender, receiver as one
     integer) and, once `locate_pairs` has run, `pair`: each transfer's pair index among all the run's
-    pairs (-1: both ranks on one host)."""
+    pairs (-1: both ranks on one server)."""
 
     def __init__(self, shape: _Shape, dst: IntArray, n_hosts: int, lane: int = 0) -> None:
         self.shape = shape
@@ -150,9 +158,10 @@ class _Template:
 
     @classmethod
     def of(cls, job: Job, fabric: Fabric, host_index: dict[str, int],
-           shapes: dict[tuple[int, Placement], _Shape]) -> _Template:
+           shapes: dict[tuple[int, Placement], _Shape], server: IntArray | None = None) -> _Template:
         """The job's template; its shape from `shapes` (keyed by the DAG object's id and the placement)
-        if another lane made it, else made and added there."""
+        if another lane made it, else made and added there. `server`: each host index's server (None:
+        one GPU per server)."""
         cols = job.columns
         rank_host = np.full(max(cols.ranks, default=0) + 1, -1, dtype=np.intp)
         for r in cols.ranks:
@@ -165,7 +174,7 @@ class _Template:
         dst = rank_host[cols.dst]
         key = (id(job.dag), job.placement)
         if key not in shapes:
-            shapes[key] = _Shape(cols, rank_host[cols.src], dst)
+            shapes[key] = _Shape(cols, rank_host[cols.src], dst, server, fabric.nvlink_bps)
         return cls(shapes[key], dst, len(host_index), job.lane)
 
     def locate_pairs(self, pair_key: IntArray) -> None:
@@ -180,6 +189,8 @@ def job_templates(fabric: Fabric, jobs: list[Job]) -> tuple[list[_Template], lis
     placement, lane), those of one (DAG, placement) sharing a shape (a replay's calls of one collective
     share them): (templates, each job's template, each job's first transfer's number in the result)."""
     host_index = {h.name: i for i, h in enumerate(fabric.hosts)}
+    server = (np.asarray([fabric.server_of(h.name) for h in fabric.hosts], dtype=np.intp)
+              if fabric.gpus_per_server > 1 else None)
     templates: list[_Template] = []
     shapes: dict[tuple[int, Placement], _Shape] = {}
     by_key: dict[tuple[int, Placement, int], int] = {}
@@ -189,10 +200,13 @@ def job_templates(fabric: Fabric, jobs: list[Job]) -> tuple[list[_Template], lis
     for k, j in enumerate(jobs):
         if j.start_s < 0 or not math.isfinite(j.start_s):
             raise FlowSimError(f"job {j.dag.label or k}: start_s must be finite and >= 0")
+        if not (j.hold_s >= 0 and math.isfinite(j.hold_s)) or (j.hold_s > 0 and len(j.dag)):
+            raise FlowSimError(f"job {j.dag.label or k}: hold_s must be finite and >= 0, and only for a job "
+                               f"without transfers, got {j.hold_s} with {len(j.dag)} transfers")
         key = (id(j.dag), j.placement, j.lane)
         if key not in by_key:
             by_key[key] = len(templates)
-            templates.append(_Template.of(j, fabric, host_index, shapes))
+            templates.append(_Template.of(j, fabric, host_index, shapes, server))
         job_tpl.append(by_key[key])
         offsets.append(n)
         n += len(templates[by_key[key]].size)

@@ -15,6 +15,10 @@ part, bytes) and that many payload bytes. Sends follow the DAG with cut-through:
 byte i once every transfer it depends on has progressed past the same fraction (received here, or
 sent by this host), so data is forwarded as it arrives, like NCCL's slices, and a connection's parts
 leave in order. Payloads are zeros: nothing is computed, only moved.
+
+In-server transfers (`nvlink_sends`, `nvlink_recvs` of a template: two GPUs of one server) move no byte:
+once everything one depends on is complete, its sender waits its emulated NVLink time (`nvlink_s`), then
+says `{"nvlink": call, ...}` to the driver, which passes it to the receiver's agent as its receive.
 """
 from __future__ import annotations
 
@@ -91,6 +95,10 @@ class CallState:
     send_deps: dict[int, list[int]] = field(default_factory=dict)
     local_progress: dict[int, float] = field(default_factory=dict)  # fraction
     local_deps: dict[int, list[int]] = field(default_factory=dict)
+    # in-server sends: transfer -> (deps, receiving host, emulated seconds); when each is due, and done
+    nv_sends: dict[int, tuple[list[int], str, float]] = field(default_factory=dict)
+    nv_due: dict[int, float] = field(default_factory=dict)
+    nv_done: set[int] = field(default_factory=set)
     reported: bool = False
 
     @classmethod
@@ -106,6 +114,10 @@ class CallState:
             st.send_deps[tid] = [d for d in deps if not (d in conns and conns[d] >= conns[tid] and d in dest)]
         for tid, _size, deps in spec["local"]:
             st.local_progress[tid], st.local_deps[tid] = 0.0, deps
+        for tid, _size, deps, dst, wait_s in spec.get("nvlink_sends", []):
+            st.nv_sends[tid] = (deps, dst, wait_s)
+        for tid in spec.get("nvlink_recvs", []):  # complete when the driver passes the sender's word on
+            st.recv_bytes[tid], st.recv_size[tid] = 0, 0
         return st
 
     def fraction(self, tid: int) -> float:
@@ -122,6 +134,8 @@ class CallState:
             return have / size
         if tid in self.local_progress:
             return self.local_progress[tid]
+        if tid in self.nv_sends:
+            return 1.0 if tid in self.nv_done else 0.0
         raise KeyError(f"call {self.call}: transfer {tid} is not known on this host")
 
     def allowed(self, deps: list[int]) -> float:
@@ -130,7 +144,7 @@ class CallState:
     def done(self) -> bool:
         return (self.started is not None and len(self.recv_done) == len(self.recv_size)
                 and all(self.sent_bytes[t] >= s for t, s in self.send_size.items())
-                and all(p >= 1.0 for p in self.local_progress.values()))
+                and all(p >= 1.0 for p in self.local_progress.values()) and len(self.nv_done) == len(self.nv_sends))
 
 
 class Agent:
@@ -175,6 +189,10 @@ class Agent:
             self.connect()
         elif "start" in msg:
             self.start(int(msg["start"]), int(msg["template"]))
+        elif "nvlink" in msg:  # an in-server transfer to this host is complete
+            st = self.state(int(msg["nvlink"]), int(msg["template"]))
+            st.recv_done.setdefault(int(msg["tid"]), time.monotonic())
+            self.progress()
         elif "status" in msg:
             self.say({"status": self.status()})
         elif "stop" in msg:
@@ -266,9 +284,14 @@ class Agent:
         """Something moved: advance local transfers, push every connection until nothing more can
         move (a send may free a dependent send on another connection), report calls that are done."""
         while True:
+            now = time.monotonic()
             for cs in self.calls.values():
                 for tid, deps in cs.local_deps.items():
                     cs.local_progress[tid] = cs.allowed(deps)
+                if cs.started is not None:
+                    for tid, (deps, _dst, wait_s) in cs.nv_sends.items():
+                        if tid not in cs.nv_due and cs.allowed(deps) >= 1.0:
+                            cs.nv_due[tid] = now + wait_s
             self.parts_done = 0
             for conn in self.out.values():
                 if conn.queue and conn.connected and not conn.want_write:
@@ -401,10 +424,30 @@ class Agent:
         if st.recv_bytes[tid] >= st.recv_size[tid] and tid not in st.recv_done:
             st.recv_done[tid] = time.monotonic()
 
+    def next_due(self) -> float:
+        """When the next in-server send is due (inf: none waits)."""
+        return min((t for cs in self.calls.values() for tid, t in cs.nv_due.items() if tid not in cs.nv_done),
+                   default=float("inf"))
+
+    def fire_due(self) -> None:
+        """In-server sends whose NVLink time has passed: done, and the driver told (for their receivers)."""
+        now = time.monotonic()
+        fired = False
+        for cs in list(self.calls.values()):
+            for tid, t in list(cs.nv_due.items()):
+                if tid not in cs.nv_done and t <= now:
+                    cs.nv_done.add(tid)
+                    fired = True
+                    self.say({"nvlink": cs.call, "template": cs.template, "tid": tid, "to": cs.nv_sends[tid][1]})
+        if fired:
+            self.progress()
+
     # ---- loop ------------------------------------------------------------------------------------
     def run(self) -> None:
         while self.running:
-            for key, mask in self.sel.select(timeout=1.0):
+            self.fire_due()
+            wait = min(1.0, max(0.0, self.next_due() - time.monotonic()))
+            for key, mask in self.sel.select(timeout=wait):
                 kind, obj = key.data
                 if kind == "ctl":
                     self.on_control()

@@ -3,7 +3,10 @@
 It runs beside the emulation (root namespace) and talks to the agents over a Unix socket in the run
 directory. Calls are issued as soon as the calls they depend on have ended (`ReplayPlan.calls`);
 each call's start is when the driver sent its start, its end when its last transfer was received
-(the agents' CLOCK_MONOTONIC, the same clock as the driver's). While the replay runs, a thread samples
+(the agents' CLOCK_MONOTONIC, the same clock as the driver's). A call whose collective is all in-server
+(`Template.local_us`) involves no agent: the driver holds it `count x local_us x dilation` (its emulated
+NVLink time) and ends it then; for the in-server transfers of a mixed one it passes each sender's word
+on to the receiver (`{"nvlink": ...}`, `traffic.replay.agent`). While the replay runs, a thread samples
 the switches' port counters (a callable handed in, e.g. the controller's REST API) for per-link
 utilisation over time, and /proc/stat for how busy the machine was.
 
@@ -230,6 +233,18 @@ class Driver:
         ready = [c.id for c in plan.calls if not c.deps]
         done = 0
         host_bps = {h: plan.host_emu_bps(h) for h in plan.hosts()}
+        held: dict[int, float] = {}  # all in-server calls running: call -> when it ends
+
+        def ended(cid: int) -> None:
+            nonlocal done
+            done += 1
+            if self.on_call_done is not None:
+                self.on_call_done(done, len(plan.calls), cid)
+            for nxt in dependents[cid]:
+                pending_deps[nxt].discard(cid)
+                if not pending_deps[nxt]:
+                    ready.append(nxt)
+
         while done < len(plan.calls):
             self._check_agents()
             if self.sampler_error is not None:
@@ -239,10 +254,18 @@ class Driver:
                 t0 = time.monotonic()
                 timings[cid] = CallTiming(cid, t0)
                 ends[cid], reports[cid] = [], []
+                local_us = plan.templates[call.template].local_us
+                if local_us is not None:
+                    held[cid] = t0 + local_us * call.count / 1e6 * plan.dilation
+                    continue
                 for host in sorted(involved[call.template]):
                     self.peers[host].send({"start": cid, "template": call.template})
             ready = []
-            for host, msg in self._messages(0.05):
+            wait = min(0.05, max(0.0, min(held.values(), default=float("inf")) - time.monotonic()))
+            for host, msg in self._messages(wait):
+                if "nvlink" in msg:
+                    self.peers[msg["to"]].send({k: msg[k] for k in ("nvlink", "template", "tid")})
+                    continue
                 if "done" not in msg:
                     continue
                 cid = int(msg["done"])
@@ -253,13 +276,13 @@ class Driver:
                 reports[cid].append(msg["reported"])
                 if tm.hosts_done >= involved[plan.calls[cid].template]:
                     tm.end_s = max(ends[cid]) if ends[cid] else max(reports[cid])
-                    done += 1
-                    if self.on_call_done is not None:
-                        self.on_call_done(done, len(plan.calls), cid)
-                    for nxt in dependents[cid]:
-                        pending_deps[nxt].discard(cid)
-                        if not pending_deps[nxt]:
-                            ready.append(nxt)
+                    ended(cid)
+            now = time.monotonic()
+            for cid, end_s in sorted(held.items(), key=lambda kv: kv[1]):
+                if end_s <= now:
+                    del held[cid]
+                    timings[cid].end_s = end_s
+                    ended(cid)
             # a deadline per running call: 20x its bandwidth-bound estimate plus a minute
             now = time.monotonic()
             for cid, tm in timings.items():
@@ -268,6 +291,7 @@ class Driver:
                 p = placed[plan.calls[cid].template]
                 t = p.template
                 estimate = max((b * 8 / host_bps[h] for h, b in p.bytes_sent_by().items()), default=0.0)
+                estimate += sum(x.nvlink_s for x in p.transfers)  # in-server transfers, one after another at worst
                 if now - tm.start_s > 20 * estimate + 60:
                     missing = sorted(involved[t.id] - tm.hosts_done)
                     raise ReplayError(f"collective #{cid} ({t.kind}, {t.emu_bytes} emulated bytes) did not complete "

@@ -9,6 +9,13 @@ emulation's agents need it placed: per template, every transfer between its host
 (`parts`, each at least one byte; a 0-byte transfer is one 0-byte part), and per host what its agent
 sends, receives and does locally (`PlacedPlan.agent_plan`, plain data for JSON).
 
+- **In-server transfers** (between two GPUs of one server, `Fabric.gpus_per_server`) have no parts: no
+  connection, no byte on the fabric. The sending agent waits their NVLink time at the emulated rate
+  (`nvlink_s`: emulated bytes at `nvlink_gbps x mbps_per_gbps` Mbit/s, so real time x dilation) once
+  everything they depend on is complete (store and forward), then tells the driver, which tells the
+  receiving agent (`traffic.replay.agent`). A template whose transfers are all in-server
+  (`Template.local_us`) is not given to the agents: the driver times its calls.
+
 - **Cut-through**: the agents forward data as it arrives (`traffic.replay.agent`), like NCCL's slices:
   byte i of a transfer may leave once each transfer it depends on has delivered the same fraction of
   its own bytes (for dependencies received by this host), or been sent (for earlier sends of this host).
@@ -38,7 +45,8 @@ class PlacedTransfer:
     dst_host: str
     size_bytes: int  # emulated
     deps: tuple[int, ...]
-    parts: tuple[Part, ...]  # empty: a local transfer (both ranks on one host)
+    parts: tuple[Part, ...]  # empty: a local transfer (both ranks on one server)
+    nvlink_s: float = 0.0  # emulated seconds a local transfer between two GPUs of a server takes
 
     @property
     def local(self) -> bool:
@@ -79,16 +87,23 @@ class PlacedPlan:
         incoming = [c for c in self.connections if c.dst_host == host]
         templates: dict[int, Any] = {}
         for p in self.placed:
-            sends, recvs, local = [], [], []
+            if p.template.local_us is not None:  # all in-server: timed by the driver
+                continue
+            sends, recvs, local, nv_sends, nv_recvs = [], [], [], [], []
             for i, x in enumerate(p.transfers):
-                if x.local and x.src_host == host:
+                if x.local and x.src_host == x.dst_host == host:
                     local.append([i, x.size_bytes, list(x.deps)])
+                elif x.local and x.src_host == host:
+                    nv_sends.append([i, x.size_bytes, list(x.deps), x.dst_host, x.nvlink_s])
+                elif x.local and x.dst_host == host:
+                    nv_recvs.append(i)
                 elif x.src_host == host:
                     sends.append([i, x.size_bytes, list(x.deps), [[q.conn, q.size_bytes] for q in x.parts]])
                 elif x.dst_host == host:
                     recvs.append([i, x.size_bytes])
-            if sends or recvs or local:
-                templates[p.template.id] = {"sends": sends, "recvs": recvs, "local": local}
+            if sends or recvs or local or nv_sends or nv_recvs:
+                templates[p.template.id] = {"sends": sends, "recvs": recvs, "local": local,
+                                            "nvlink_sends": nv_sends, "nvlink_recvs": nv_recvs}
         return {
             "host": host,
             "ips": [str(n.ip) for n in fab.nics_of[host]],
@@ -109,6 +124,7 @@ def place(plan: ReplayPlan) -> PlacedPlan:
     ids_of: dict[int, range] = {int(k): range(int(table.pair_ptr[i]), int(table.pair_ptr[i + 1]))
                                 for i, k in enumerate(table.pair_key.tolist())}
     pos = {h: i for i, h in enumerate(names)}
+    nvlink_emu_bps = fabric.nvlink_gbps * plan.mbps_per_gbps * 1e6
     placed = []
     for t in plan.templates:
         dag = t.dag
@@ -117,14 +133,17 @@ def place(plan: ReplayPlan) -> PlacedPlan:
         for i, (s, d, size_real) in enumerate(zip(dag.src.tolist(), dag.dst.tolist(), dag.size_bytes.tolist())):
             a, b = hosts[s], hosts[d]
             size = int(round(size_real * plan.bytes_scale))
-            if a == b:
+            nvlink_s = 0.0
+            if a == b or fabric.same_server(a, b):  # one server: no connection
                 parts: tuple[Part, ...] = ()
+                if a != b:
+                    nvlink_s = size * 8 / nvlink_emu_bps
             else:
                 ids = ids_of[int(pair_key(n, pos[a], pos[b], t.lane))]
                 # every part carries at least one byte; a 0-byte transfer is one 0-byte part
                 split = [(cid, k) for cid, k in zip(ids, split_bytes(size, len(ids))) if k > 0]
                 parts = tuple(Part(cid, k) for cid, k in split) if split else (Part(ids[0], 0),)
-            out.append(PlacedTransfer(a, b, size, dag.deps_of(i), parts))
+            out.append(PlacedTransfer(a, b, size, dag.deps_of(i), parts, nvlink_s))
         _check_local_deps(dag.label, out)
         placed.append(PlacedTemplate(t, tuple(out)))
     return PlacedPlan(plan, tuple(placed), connections)

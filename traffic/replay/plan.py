@@ -11,7 +11,13 @@ on its agents).
   all calls of earlier steps.
 - **Templates**: each distinct (kind, size, ranks) becomes one transfer DAG (`traffic.collectives`,
   as arrays), by rank at real sizes; the placement puts ranks on hosts, and transfers between ranks on
-  the same host are local.
+  the same server (`Fabric.gpus_per_server`; with one GPU per server: the same host) are local: they
+  never touch the fabric (no connections) and take size x 8 / `Fabric.nvlink_bps` (between GPUs of a
+  server; 0 on one host). A template whose transfers are all local has `local_us`: its DAG's critical
+  path at that rate (each GPU's NVLink taken as its own: no contention inside a server).
+- **Counts**: a collective with `count` > 1 (back-to-back collectives of its size) is one call standing
+  for all of them (`Call.count`) when its template is all local (its time: `count x local_us`), else
+  `count` calls one after the other on its stream.
 - **Scaling** (time dilation, docs/architecture.md): links run at `rate_gbps x mbps_per_gbps` Mbit/s; bytes are
   scaled by `bytes_scale = dilation x mbps_per_gbps / 1000`, so an emulated duration divided by the
   dilation is the real one. The default dilation makes the typical transfer (of the bytes-weighted
@@ -130,6 +136,9 @@ class Template:
     ranks: tuple[int, ...]
     dag: TransferColumns
     lane: int = 0  # the connections it uses: one set per stream of the trace
+    # real microseconds, for a template whose transfers are all in-server (servers of > 1 GPU): the
+    # critical path of its DAG at the NVLink rate; None: some transfer crosses the fabric
+    local_us: float | None = None
 
     @property
     def transfer_count(self) -> int:
@@ -148,6 +157,9 @@ class Call:
     collective: Collective  # as recorded (the lowest member rank's record)
     # per rank: the index of this call's collective in that rank's step (for composing its timeline)
     rank_index: tuple[tuple[int, int], ...] = ()
+    # back-to-back collectives this call stands for (an all-local collective's `count`: it takes
+    # count x local_us); a count > 1 collective across the fabric is `count` calls of 1
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -356,7 +368,9 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
 
     # each DAG's transfers between hosts: (sender, receiver) host positions, and their transfers
     pos = {h.name: i for i, h in enumerate(fabric.hosts)}
-    host_pairs = [_host_pairs(d, placement, pos) for d in dags]
+    g = fabric.gpus_per_server
+    server = np.asarray([fabric.server_of(h.name) for h in fabric.hosts], dtype=np.int64)  # by host position
+    host_pairs = [_host_pairs(d, placement, pos, server) for d in dags]
     if options.dilation is not None:
         dilation = options.dilation
         bytes_scale = dilation * scale / 1000
@@ -373,9 +387,10 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     n_hosts = len(fabric.hosts)
     for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
         d = dag_of[(kind, size_real, ranks)]
+        a, b, remote = host_pairs[d]
+        local_us = local_path_us(dags[d], placement, pos, server, fabric.nvlink_bps) if g > 1 and not remote.size else None
         templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                  dags[d], lane))
-        a, b, _ = host_pairs[d]
+                                  dags[d], lane, local_us))
         pair_keys.append(pair_key(n_hosts, a, b, lane))
     # connections for every host pair with data on a lane, `channels` per shared plane: the one rule
     # (`fabric.flowsim.connections`), for both backends
@@ -390,11 +405,20 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     for rep in range(options.repeat):
         for s, scalls in enumerate(step_calls):
             base = len(calls)
-            deps = _call_deps(scalls, base, workload.timed, previous)
+            deps = _call_deps(scalls, 0, workload.timed, [])  # by position in the step
             number = workload.ranks[0].steps[s].number if s < len(workload.ranks[0].steps) else s
+            last: list[int] = []  # per position: its last call (a count > 1 collective across the fabric has many)
             for (c, members), cdeps in zip(scalls, deps):
                 tkey = (c.kind, c.size_bytes, c.group_ranks, lanes[c.stream])
-                calls.append(Call(len(calls), keys[tkey], number, s, rep, c.stream, cdeps, c, tuple(members)))
+                tid = keys[tkey]
+                first = tuple(sorted({*previous, *(last[j] for j in cdeps)}))
+                if templates[tid].local_us is not None or c.count == 1:
+                    calls.append(Call(len(calls), tid, number, s, rep, c.stream, first, c, tuple(members), c.count))
+                else:
+                    for k in range(c.count):
+                        calls.append(Call(len(calls), tid, number, s, rep, c.stream,
+                                          first if k == 0 else (len(calls) - 1,), c, tuple(members)))
+                last.append(len(calls) - 1)
             previous = list(range(base, len(calls)))
     if not calls:
         raise ReplayError(f"{workload.source}: no collectives to replay")
@@ -405,15 +429,42 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                       table, tuple(notes))
 
 
-def _host_pairs(dag: TransferColumns, placement: Placement, pos: dict[str, int]) -> tuple[IntArray, IntArray, IntArray]:
-    """The DAG's transfers between two hosts under `placement`: (sender, receiver) host positions and the
-    transfers' indexes (the others are local: both ranks on one host)."""
+def _rank_hosts(dag: TransferColumns, placement: Placement, pos: dict[str, int]) -> tuple[IntArray, IntArray]:
+    """Each transfer's (sender, receiver) host positions under `placement`."""
     rank_host = np.zeros(max(dag.ranks, default=-1) + 1, dtype=np.int64)
     for r in dag.ranks:
         rank_host[r] = pos[placement.host(r)]
-    a, b = rank_host[dag.src], rank_host[dag.dst]
-    remote = np.flatnonzero(a != b)
+    return rank_host[dag.src], rank_host[dag.dst]
+
+
+def _host_pairs(dag: TransferColumns, placement: Placement, pos: dict[str, int],
+                server: IntArray | None = None) -> tuple[IntArray, IntArray, IntArray]:
+    """The DAG's transfers across the fabric under `placement`: (sender, receiver) host positions and the
+    transfers' indexes (the others are local: both ranks on one server; `server`: each host position's
+    server, `Fabric.server_of`; None: every host its own)."""
+    a, b = _rank_hosts(dag, placement, pos)
+    remote = np.flatnonzero(a != b if server is None else server[a] != server[b])
     return a[remote], b[remote], remote
+
+
+def local_path_us(dag: TransferColumns, placement: Placement, pos: dict[str, int], server: IntArray,
+                  nvlink_bps: float) -> float:
+    """Real microseconds an all in-server DAG takes: its critical path, each transfer between two GPUs
+    taking size x 8 / `nvlink_bps` (0 between ranks on one GPU) once every transfer it depends on is
+    delivered (a ring all-reduce of S bytes over n GPUs: 2(n - 1) x S/n x 8 / nvlink_bps)."""
+    a, b = _rank_hosts(dag, placement, pos)
+    if bool((server[a] != server[b]).any()):
+        raise ReplayError(f"{dag.label or 'transfer DAG'}: not all in-server")
+    if not len(dag):
+        return 0.0
+    if not nvlink_bps > 0:
+        raise ReplayError(f"{dag.label or 'transfer DAG'}: in-server transfers need the fabric's nvlink_gbps > 0")
+    took_s = np.where(a != b, dag.size_bytes * 8 / nvlink_bps, 0.0).tolist()
+    dep, ptr = dag.dep.tolist(), dag.dep_ptr.tolist()
+    end_s = [0.0] * len(took_s)
+    for i, t in enumerate(took_s):  # dependencies are earlier transfers: one pass in order
+        end_s[i] = max((end_s[d] for d in dep[ptr[i]:ptr[i + 1]]), default=0.0) + t
+    return max(end_s) * 1e6
 
 
 def _dilation_inputs(fabric: Fabric, scale: float, step_calls: list[list[tuple[Collective, list[tuple[int, int]]]]],

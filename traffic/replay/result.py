@@ -3,7 +3,8 @@ per collective, composed step timelines, and the run's description.
 
 - A collective's real duration is its duration in the backend's clock divided by the dilation (the
   simulator's is 1); algbw = real bytes x 8 / real seconds, busbw = algbw x the nccl-tests factor
-  (`traffic.metrics`).
+  (`traffic.metrics`). A call standing for `count` back-to-back collectives (`Call.count`: an
+  in-server one) counts their bytes together: its bandwidths are those of one of them.
 - Steps are composed, not slept (docs/architecture.md): each rank's recorded step is rebuilt by
   `traffic.metrics.compose_step` with the measured durations of its collectives; step, compute,
   exposed communication and idle time are measured on that timeline. A data-parallel trace mapped onto
@@ -37,12 +38,13 @@ def collective_results(plan: ReplayPlan, timings: RunTimings) -> list[Collective
         emu_s = max(tm.end_s - tm.start_s, 1e-9)
         real_us = emu_s / plan.dilation * 1e6
         n = len(t.ranks)
+        size = t.size_bytes * call.count
         if t.kind == "barrier" or t.size_bytes == 0:
             alg = bus = 0.0
         else:
-            alg = metrics.algbw_bps(t.size_bytes, real_us / 1e6)
+            alg = metrics.algbw_bps(size, real_us / 1e6)
             bus = alg * metrics.busbw_factor(t.kind, n)
-        out.append(CollectiveResult(call.id, call.step, call.repeat, t.kind, t.algorithm, t.size_bytes, t.emu_bytes, n,
+        out.append(CollectiveResult(call.id, call.step, call.repeat, t.kind, t.algorithm, size, t.emu_bytes * call.count, n,
                                     call.stream, t.transfer_count, tm.start_s - t_first, emu_s, real_us, alg, bus))
     return out
 
@@ -58,11 +60,13 @@ def _compose(step: Step, durations_us: list[float], timed: bool, gap_us: float) 
 def step_results(plan: ReplayPlan, colls: list[CollectiveResult]) -> list[StepResult]:
     wl = plan.workload
     mapped = len({tuple(r.steps) for r in wl.ranks}) == 1  # identical ranks: one timeline for all
-    # (repeat, step index, rank) -> {index in the rank's step: measured real duration}
+    # (repeat, step index, rank) -> {index in the rank's step: measured real duration}; a count > 1
+    # collective replayed as several calls: their durations summed
     measured: dict[tuple[int, int, int], dict[int, float]] = defaultdict(dict)
     for call, res in zip(plan.calls, colls):
         for rank, i in call.rank_index:
-            measured[(call.repeat, call.step_index, rank)][i] = res.duration_real_us
+            got = measured[(call.repeat, call.step_index, rank)]
+            got[i] = got.get(i, 0.0) + res.duration_real_us
     out = []
     for rep in range(plan.options.repeat):
         for s in range(wl.steps):

@@ -8,7 +8,9 @@ The same plan as the emulation's (`plan_replay`: calls matched across ranks, the
 dependencies, the collective schedules, the placement, the connections), planned at the real rates (link
 scale 1000 Mbit/s per Gbit/s, dilation 1: nothing is scaled). Each call becomes one simulator job: its
 collective's transfer DAG at real sizes, placed on the plan's hosts, started once the calls it
-depends on have completed. The routing policy is the controller's (`fabric.routing.load_policy`),
+depends on have completed; a call whose collective is all in-server (`Template.local_us`) is a job
+without transfers that takes `count x local_us` (no link carries it), and a mixed one's in-server
+transfers take their NVLink time (`fabric.flowsim.executor`). The routing policy is the controller's (`fabric.routing.load_policy`),
 driven by the link events given (a link down or up at a real time since the first collective).
 
 What it measures beside the calls' times (`BackendRun`): per-link utilisation over `LINK_BINS` equal
@@ -29,6 +31,7 @@ from fabric.flowsim import FlowSimResult, Job, LinkEvent, SimOptions, SimProgres
 from fabric.flowsim.collisions import ecmp_collisions
 from fabric.flowsim.routes import LinkRoutes
 from fabric.model import Fabric
+from fabric.transfers import TransferColumns
 from fabric.routing import PathTable, load_policy
 from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
 from traffic.replay.result import busiest_links
@@ -54,6 +57,10 @@ A2A_EXACT_MAX = 16
 A2A_SAMPLED_ROUNDS = 32
 #: the plan's scale for the simulator: links at their real rates, bytes as recorded
 REAL_MBPS_PER_GBPS = 1000.0
+_NONE = np.zeros(0, dtype=np.int64)
+#: the DAG of a job without transfers (an all in-server call)
+NO_TRANSFERS = TransferColumns(_NONE, _NONE, _NONE, _NONE, np.zeros(1, dtype=np.int64), _NONE, (),
+                               label="in-server collective")
 
 MODEL_NOTE = ("simulated by fabric.flowsim: fluid flows at max-min fair shares of the link capacities on the "
               "routing policy's paths, recomputed at every flow start, flow end and link event; no packets, "
@@ -134,6 +141,10 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
     a2a: set[tuple[str, int]] = set()  # (model, ranks) of the all-to-alls, for the note
     for call in plan.calls:
         tpl = plan.templates[call.template]
+        if tpl.local_us is not None:  # all in-server: no transfer on the fabric, the NVLink time
+            jobs.append(Job(NO_TRANSFERS, plan.placement, after=call.deps, lane=tpl.lane,
+                            hold_s=tpl.local_us * call.count / 1e6))
+            continue
         lock, every = (None, 1)
         if tpl.kind == "all_to_all" and not sim.cut_through:
             lock, every = sample_phases(len(tpl.ranks), all_to_all)
