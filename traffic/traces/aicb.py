@@ -8,9 +8,10 @@ Micro-benchmark files have no `comm_group_size` column.
 
 - Rows are one rank's view (SPMD): every rank of a pipeline stage runs its stage's rows, each collective on that
   rank's own group, in Megatron-Core's rank order (`traffic.parallel.ParallelGrid`). The degrees come from the
-  rows' `comm_group_size`: tp from `tp_group`, dp from `dp_group`, ep from `ep_group`, pp from the number of
-  stage sections (else `pp_group` collectives); world_size from the caller, else `[rank0 ~ rankN]` or the
-  sections' ranks, else tp x pp x dp; then dp = world / (tp x pp). cp is 1 (AICB has no cp group).
+  rows' `comm_group_size` (set-up rows included): tp from `tp_group`, dp from `dp_group`, ep from `ep_group`, pp
+  from the number of stage sections, else `pp_group` collectives, else the ranks `[rank0 ~ rankN]` leaves over
+  tp x dp; world_size from the caller, else `[rank0 ~ rankN]` or the sections' ranks, else tp x pp x dp; then
+  dp = world / (tp x pp). cp is 1 (AICB has no cp group).
 - Groups -> streams: tp_group "tp", dp_group "dp", pp_group "pp", ep_group "ep", ep_dp_group "edp",
   ep_tp_group "etp", embedding_group "emb" (first and last stage of the rank's pipeline), all_nodes "world".
 - `msg_size` is bytes in the nccl-tests convention (AICB's replayer sizes all-gather by its output,
@@ -262,7 +263,14 @@ def _grid(path: Path, sections: list[_Section], world_size: int | None, listed_w
             seen.setdefault(r.axis, (r.group_size, r.line))
     stages = [s.stage for s in sections if s.stage is not None]
     tp = seen.get("tp", (1, 0))[0]
-    pp = len(stages) if stages else seen.get("pp", (1, 0))[0]
+    if stages:
+        pp = len(stages)
+    elif "pp" in seen:
+        pp = seen["pp"][0]
+    elif listed_world is not None and "dp" in seen and listed_world % (tp * seen["dp"][0]) == 0:
+        pp = listed_world // (tp * seen["dp"][0])  # no pipeline collective: the stages the rank count leaves
+    else:
+        pp = 1
     if stages and "pp" in seen and seen["pp"][0] not in (1, pp):
         raise TraceError(f"{path}:{seen['pp'][1]}: pp_group of {seen['pp'][0]} ranks, but the file has {pp} "
                          "pipeline stage sections")
@@ -372,7 +380,7 @@ def _build(path: Path, segment: tuple[list[_Row], float | None], number: int, st
     duration_us = None
     if timed:
         starts, durations, compute, duration_us = _layout(rows, epoch_ms, stats)
-    cache: dict[tuple[int, tuple[int, ...]], Collective] = {}  # ranks of one group share the Collective
+    cache: dict[tuple[int, object], Collective] = {}  # ranks of one group share the Collective
     for st in stages:
         stage_ranks = _stage_ranks(grid, st)
         for rank in stage_ranks:
@@ -386,7 +394,8 @@ def _build(path: Path, segment: tuple[list[_Row], float | None], number: int, st
                         what = r.additional if r.comm_type in _P2P else f"{r.axis} group of 1 rank"
                         stats.skipped[what] = stats.skipped.get(what, 0) + 1
                     continue
-                key = (i, group)
+                # big groups are the grid's own tuples, shared by their ranks: keyed by identity, not hashed
+                key = (i, group) if len(group) <= 2 else (i, id(group))
                 c = cache.get(key)
                 if c is None:
                     c = Collective(_KINDS[r.comm_type], r.size_bytes, "bfloat16", group, r.axis or "0", starts[i],
