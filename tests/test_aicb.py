@@ -240,6 +240,12 @@ def test_timed_and_untimed_rows_mixed(tmp_path: Path, capsys: pytest.CaptureFixt
             "job.csv:3", "_elapsed_time missing")
 
 
+def test_stage_listing_other_than_megatron_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = staged(tmp_path).read_text().splitlines()
+    lines[0] = "[ pp_stage0: [rank0, rank1, rank2, rank5] ]"  # stage 0 of 8 ranks, tp 2, dp 2 is ranks 0..3
+    refused(tmp_path, capsys, lines, "job.csv:1", "pp_stage0")
+
+
 def test_only_set_up_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     refused(tmp_path, capsys, [HEADER, row("all_reduce", "tp_group", 2, 8, "init.model_setup")], "init")
 

@@ -58,6 +58,7 @@ _REQUIRED = ("comm_type", "comm_group", "msg_size")
 _INT = re.compile(r"\s*(-?\d{1,20})(?:\.0*)?\s*$")
 _MISSING = ("", "none", "nan", "-1", "-1.0")  # AICB writes None, or -1 (pandas fillna) for no value
 _WORLD = re.compile(r"\[\s*rank(\d+)\s*~\s*rank(\d+)\s*\]\s*$")
+_RANK = re.compile(r"rank\d{1,7}$")
 _STAGE = re.compile(r"\[\s*pp_stage(\d+)\s*:\s*\[([^\]]*)\]\s*\]\s*$")
 _KINDS = {"all_reduce": "all_reduce", "all_gather": "all_gather", "all_gather_into_tensor": "all_gather",
           "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter", "all_to_all": "all_to_all",
@@ -85,9 +86,10 @@ class _Row:
 
 @dataclass
 class _Section:
-    line: int
+    line: int  # of its `[ pp_stageK: ...]` line, or its header
     stage: int | None  # pp_stageK's K, None without stage sections
     rows: list[_Row]
+    listed: tuple[int, ...] = ()  # the ranks its `[ pp_stageK: [...]]` line lists
 
 
 def read_aicb(path: Path, *, world_size: int | None = None) -> Workload:
@@ -98,6 +100,12 @@ def read_aicb(path: Path, *, world_size: int | None = None) -> Workload:
     sections, listed_world = _read(path)
     notes: list[str] = []
     grid = _grid(path, sections, world_size, listed_world, notes)
+    if world_size is None or world_size == listed_world:
+        for sec in sections:
+            if sec.stage is not None and sec.listed != tuple(_stage_ranks(grid, sec.stage)):
+                want = _stage_ranks(grid, sec.stage)
+                raise TraceError(f"{path}:{sec.line}: pp_stage{sec.stage} lists other ranks than the stage's in "
+                                 f"Megatron order (rank{want[0]} .. rank{want[-1]})")
     n_rows = sum(len(s.rows) for s in sections)
     if n_rows * grid.world > MAX_ROW_RANKS:
         raise TraceError(f"{path}: {n_rows} rows x {grid.world} ranks is more than the {MAX_ROW_RANKS} "
@@ -134,6 +142,7 @@ def _read(path: Path) -> tuple[list[_Section], int | None]:
     listed_world: int | None = None
     header: list[str] | None = None
     pending_stage: tuple[int, int] | None = None  # (stage, line) of a `[ pp_stageK: ...]` awaiting its header
+    pending_listed: tuple[int, ...] = ()
     stage_ranks: list[int] = []
     try:
         for lineno, fields in _lines(text):
@@ -146,13 +155,15 @@ def _read(path: Path) -> tuple[list[_Section], int | None]:
                 missing = [c for c in _REQUIRED if c not in header]
                 if missing:
                     raise TraceError(f"{path}:{lineno}: header lacks column(s) {', '.join(missing)}")
-                stage = None
+                stage, start = None, lineno
+                listed: tuple[int, ...] = ()
                 if pending_stage is not None:
-                    stage = pending_stage[0]
+                    stage, start = pending_stage
+                    listed = pending_listed
                     pending_stage = None
                 elif sections and sections[-1].stage is not None:
                     raise TraceError(f"{path}:{lineno}: a header without its `[ pp_stageK: ...]` line")
-                sections.append(_Section(lineno, stage, []))
+                sections.append(_Section(start, stage, [], listed))
                 continue
             m = _WORLD.match(joined)
             if m and not sections:
@@ -168,8 +179,11 @@ def _read(path: Path) -> tuple[list[_Section], int | None]:
                 if k != len([s for s in sections if s.stage is not None]) or (sections and sections[-1].stage is None):
                     raise TraceError(f"{path}:{lineno}: pp_stage{m.group(1)}: stage sections must be numbered "
                                      "0, 1, ... from the file's start")
-                n = len([x for x in m.group(2).split(",") if x.strip()])
-                stage_ranks.append(n)
+                names = [x.strip() for x in m.group(2).split(",") if x.strip()]
+                if not all(_RANK.match(x) for x in names):
+                    raise TraceError(f"{path}:{lineno}: pp_stage{k}: ranks must be rank<N>, got {m.group(2)[:60]!r}")
+                pending_listed = tuple(int(x[4:]) for x in names)
+                stage_ranks.append(len(names))
                 pending_stage = (k, lineno)
                 continue
             if header is None or not sections:
