@@ -128,8 +128,8 @@ def read_simai(path: Path, *, world_size: int | None = None) -> Workload:
                 if grid.pp > 1 and pp_bytes:
                     pp_send(key, start, [pipe[s] for s in (stage + 1, stage - 1) if 0 <= s < grid.pp])
                 continue
-            assert c is not None
-            add(key, c, start, grid.group_of(c.axis, rank))
+            if c is not None:
+                add(key, c, start, grid.group_of(c.axis, rank))
         ranks.append(RankTrace(rank, (Step(0, duration_us, compute, tuple(colls)),)))
     if not any(s.collectives for r in ranks for s in r.steps):
         raise TraceError(f"{path}: no communication on a group of 2 or more ranks: nothing to replay")
