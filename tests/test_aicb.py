@@ -263,3 +263,31 @@ def test_huge_world_size_refused_before_building(tmp_path: Path) -> None:
         load(write(tmp_path, [HEADER, *body], "big.csv"), world_size=1 << 20)
     with pytest.raises(TraceError, match="world_size must be"):
         load(spmd(tmp_path), world_size=0)
+
+
+def test_computation_rows_are_compute_where_they_stand(tmp_path: Path) -> None:
+    w = load(write(tmp_path, [
+        HEADER,
+        "CommType.computation,None,None,(4096 2048),forward.attention,None,None,,1.0,None,None,1",
+        row("all_reduce", "tp_group", 2, MiB, ms="0.5"),
+        row("epoch_end", "None", "None", 0, "", ms="2.0")]))
+    s = w.ranks[0].steps[0]
+    # rows 1.0 + 0.5 ms of the epoch's 2.0: 0.5 ms more compute, before the one collective, after the computation
+    assert len(s.compute) == 1 and s.compute[0] == pytest.approx((0.0, 1500.0))
+    assert (s.collectives[0].start_us, s.collectives[0].duration_us, s.duration_us) == pytest.approx((1500, 500, 2000))
+
+
+def test_rows_longer_than_their_epoch(tmp_path: Path) -> None:
+    w = load(write(tmp_path, [HEADER, row("all_reduce", "tp_group", 2, MiB, ms="3.0"),
+                              row("epoch_end", "None", "None", 0, "", ms="2.0")]))
+    s = w.ranks[1].steps[0]
+    assert (s.duration_us, s.compute_us) == pytest.approx((3000, 0))  # the rows' 3 ms, no compute
+    assert any("longer than the epoch" in n for n in w.notes)
+
+
+def test_gzipped_file(tmp_path: Path) -> None:
+    import gzip
+    path = tmp_path / "job.csv.gz"
+    path.write_bytes(gzip.compress(spmd(tmp_path).read_bytes()))
+    assert detect_format(path) == "aicb"
+    assert load(path).world_size == 8
