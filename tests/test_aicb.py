@@ -216,6 +216,10 @@ def test_bad_row(tmp_path: Path, capsys: pytest.CaptureFixture[str], bad: str, n
     refused(tmp_path, capsys, ["[rank0 ~ rank3]", HEADER, bad, row("epoch_end", "None", "None", 0, "")], *named)
 
 
+def test_a_field_beyond_the_csv_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    refused(tmp_path, capsys, [HEADER, row("all_reduce", "tp_group", 2, 8, "x" * 200_000)], "job.csv:2", "CSV")
+
+
 def test_only_a_header(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     refused(tmp_path, capsys, [HEADER], "only a header")
 

@@ -145,7 +145,7 @@ def _read(path: Path) -> tuple[list[_Section], int | None]:
     pending_listed: tuple[int, ...] = ()
     stage_ranks: list[int] = []
     try:
-        for lineno, fields in _lines(text):
+        for lineno, fields in _lines(path, text):
             first = fields[0].strip() if fields else ""
             joined = ",".join(fields).strip()
             if not joined:
@@ -204,9 +204,15 @@ def _read(path: Path) -> tuple[list[_Section], int | None]:
     return sections, listed_world
 
 
-def _lines(text: str) -> Iterator[tuple[int, list[str]]]:
+def _lines(path: Path, text: str) -> Iterator[tuple[int, list[str]]]:
     reader = csv.reader(io.StringIO(text))
-    for fields in reader:
+    while True:
+        try:
+            fields = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise TraceError(f"{path}:{reader.line_num}: not a readable CSV row ({exc})") from None
         yield reader.line_num, fields
 
 

@@ -147,6 +147,8 @@ def read_simai(path: Path, *, world_size: int | None = None) -> Workload:
         notes.append(f"pipeline: {pp_bytes} bytes (pp_comm) to the next stage after the forward pass and to the "
                      f"previous after the backward, x{ga} (ga); SimAI itself models pipeline traffic analytically"
                      if pp_bytes else "pp > 1 but no pp_comm size in the header: no pipeline traffic")
+    if grid.pp == 1 and pp_bytes:
+        notes.append(f"pp_comm {pp_bytes} with pp 1: no pipeline, no pipeline traffic")
     for key in unknown:
         notes.append(f"header key {key!r} not read")
     return Workload(name=path.name.split(".")[0], source=str(path), format="simai", world_size=grid.world,
