@@ -119,7 +119,8 @@ def read_aicb(path: Path, *, world_size: int | None = None) -> Workload:
             _build(path, segment, number, stages, grid, timed, stats, steps)
     ranks = [RankTrace(r, tuple(steps[r])) for r in range(grid.world)]
     if not any(s.collectives for r in ranks for s in r.steps):
-        raise TraceError(f"{path}: no collectives outside set-up (init) rows: nothing to replay")
+        raise TraceError(f"{path}: no collectives on a group of 2 or more ranks outside set-up (init) rows: "
+                         "nothing to replay")
     notes.insert(0, f"AICB CSV: one rank's view per pipeline stage, run by every rank of the stage (SPMD), on "
                     f"its own groups in Megatron-Core order tp-cp-dp-pp (tp={grid.tp}, pp={grid.pp}, dp={grid.dp}, "
                     f"ep={grid.ep}; world {grid.world})")
