@@ -68,6 +68,8 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
     p.add_argument("--step-ops", type=int, default=None, metavar="N",
                    help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
                         "from the log's own period or opCount restarts")
+    p.add_argument("--world-size", type=int, default=None, metavar="N",
+                   help="AICB CSV and SimAI files only: map the job onto N ranks (default: as the file says)")
     p.add_argument("--out", default=default_out, help=f"output directory (default {default_out})")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
 
@@ -132,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     tshow.add_argument("--step-ops", type=int, default=None, metavar="N",
                        help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
                             "from the log's own period or opCount restarts")
+    tshow.add_argument("--world-size", type=int, default=None, metavar="N",
+                       help="AICB CSV and SimAI files only: map the job onto N ranks (default: as the file says)")
     tshow.add_argument("--rank", type=int, default=None,
                        help="show this rank's collectives per step and process group (the default for jobs of "
                             "more than 16 ranks, with their first rank)")

@@ -140,7 +140,8 @@ TRACE_SHOW_RANKS = 16
 def cmd_trace_show(args: argparse.Namespace) -> int:
     from traffic.traces import load
 
-    workload = load(args.trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
+    workload = load(args.trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops,
+                    world_size=getattr(args, "world_size", None))
     return _show_workload(workload, args.rank, args.json)
 
 
@@ -285,7 +286,8 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     from traffic.traces import default_ranks, load
 
     trace, label = _trace(args)
-    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
+    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops,
+                    world_size=getattr(args, "world_size", None))
     pairs = _replay_pairs(args)
     fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
     ranks = default_ranks(args.ranks, args.trace)
@@ -444,7 +446,8 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
 
     cal = cal_mod.Calibration.read(args.calibration)
     trace, label = _trace(args)
-    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops)
+    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops,
+                    world_size=getattr(args, "world_size", None))
     if args.steps is not None:
         if args.steps < 1:
             raise FabriclabError(f"--steps must be >= 1, got {args.steps}")

@@ -1,8 +1,10 @@
 """Trace ingestion: read a training trace (a file, or a directory of per-rank files) into a `Workload`.
 
 `load` detects the format from the content, not the name: gzip magic, then JSON (Kineto Chrome trace,
-`traffic.traces.kineto`), NCCL `COLL` debug log text (`traffic.traces.nccl_log`), or a Chakra execution
-trace (a varint-length-prefixed protobuf stream, `traffic.traces.chakra`). `summarize` turns a workload into
+`traffic.traces.kineto`), an AICB CSV (its `comm_type,comm_group,...` header, `traffic.traces.aicb`), a SimAI
+workload (its first word a SimAI parallelism policy, `traffic.traces.simai`), NCCL `COLL` debug log text
+(`traffic.traces.nccl_log`), or a Chakra execution trace (a varint-length-prefixed protobuf stream,
+`traffic.traces.chakra`). `summarize` turns a workload into
 a small record the CLI prints. Every failure is a `TraceError` whose message names the file and the problem.
 """
 from __future__ import annotations
@@ -12,7 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from traffic.traces.aicb import HEADER_START as AICB_HEADER_START
 from traffic.traces.files import open_trace, read_error
+from traffic.traces.simai import POLICIES as SIMAI_POLICIES
 from traffic.workload import TraceError, Workload
 
 __all__ = ["BUILTIN_RANKS", "BUILTIN_TRACE", "FORMATS", "TraceSummary", "default_ranks", "detect_format", "load",
@@ -31,14 +35,15 @@ def default_ranks(ranks: int | None, trace: str | None) -> int | None:
         return ranks
     return BUILTIN_RANKS
 
-FORMATS = ("kineto", "nccl-log", "chakra")
+FORMATS = ("kineto", "nccl-log", "chakra", "aicb", "simai")
 #: A TRACE argument starting with this is a generated LLM training step, not a file (`load`)
 LLM_PREFIX = "llm:"
 _SNIFF_BYTES = 1 << 16  # how much of a file's (decompressed) start the format detection reads
+_SNIFF_LINES = 4  # an AICB header comes after at most a line or two of rank listing
 
 
 def detect_format(path: Path) -> str:
-    """"kineto", "nccl-log" or "chakra", from the file's first bytes (decompressed if gzipped)."""
+    """"kineto", "nccl-log", "chakra", "aicb" or "simai", from the file's first bytes (decompressed if gzipped)."""
     try:
         with open_trace(path) as f:
             head = f.read(_SNIFF_BYTES)
@@ -46,14 +51,22 @@ def detect_format(path: Path) -> str:
         raise read_error(path, exc) from None
     if not head:
         raise TraceError(f"{path}: empty file, not a trace")
+    text = _as_text(head)
+    if text is not None:  # AICB's CSV may start with "[rank0 ~ rank127]", so before JSON
+        lines = [ln.strip() for ln in text.splitlines()[:_SNIFF_LINES]]
+        if any(ln.startswith(AICB_HEADER_START) for ln in lines):
+            return "aicb"
+        first = lines[0].split() if lines else []
+        if first and first[0] in SIMAI_POLICIES:
+            return "simai"
     stripped = head.lstrip()
     if stripped[:1] in (b"{", b"["):
         return "kineto"
-    text = _as_text(head)
     if text is not None:
         if "NCCL" in text:
             return "nccl-log"
-        raise TraceError(f"{path}: text that is neither JSON nor an NCCL debug log; not a known trace format")
+        raise TraceError(f"{path}: text that is neither JSON, an AICB CSV, a SimAI workload nor an NCCL debug log; "
+                         "not a known trace format")
     if _looks_like_chakra(head) or path.suffix == ".et":
         return "chakra"
     raise TraceError(f"{path}: binary data that is not gzip, JSON, an NCCL log or a Chakra trace; "
@@ -88,11 +101,12 @@ def _looks_like_chakra(head: bytes) -> bool:
 
 
 def load(path: str | Path, *, compute_gap_us: float | None = None,
-         collectives_per_step: int | None = None) -> Workload:
+         collectives_per_step: int | None = None, world_size: int | None = None) -> Workload:
     """Read a trace file, or a directory of per-rank trace files of one format, into a Workload.
 
     `compute_gap_us` and `collectives_per_step` apply to NCCL logs only (they have no timings and no step
-    markers); passing them for another format is a TraceError.
+    markers); passing them for another format is a TraceError. `world_size` applies to AICB CSVs and SimAI
+    workloads only (one rank's view of a job): the ranks to map it onto (default: the job's, as the file says).
 
     `llm:SPEC` is no file: a transformer training step generated from a model config (`traffic.llm`:
     `llm:PRESET[,key=value...]` or `llm:FILE.yaml[,key=value...]`)."""
@@ -100,6 +114,9 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
         if compute_gap_us is not None or collectives_per_step is not None:
             raise TraceError(f"{path}: compute_gap_us / collectives_per_step (--compute-gap-us / --step-ops) apply to "
                              "NCCL logs only; a generated LLM step has its own compute and steps")
+        if world_size is not None:
+            raise TraceError(f"{path}: world_size applies to AICB and SimAI files only; a generated LLM step takes "
+                             "its ranks from its config")
         from traffic.llm import build_workload, load_config
         return build_workload(load_config(path[len(LLM_PREFIX):]))
     p = Path(path)
@@ -120,6 +137,18 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
     if fmt != "nccl-log" and (compute_gap_us is not None or collectives_per_step is not None):
         raise TraceError(f"{p}: compute_gap_us / collectives_per_step (--compute-gap-us / --step-ops) apply to NCCL "
                          f"logs only; this is a {fmt} trace with its own timings and steps")
+    if world_size is not None and fmt not in ("aicb", "simai"):
+        raise TraceError(f"{p}: world_size applies to AICB and SimAI files only (one rank's view of a job); this is "
+                         f"a {fmt} trace with its own ranks")
+    if fmt in ("aicb", "simai"):
+        if len(files) > 1:
+            raise TraceError(f"{p}: a directory of {len(files)} {fmt} files; an {fmt} file describes the whole job, "
+                             "load one")
+        if fmt == "aicb":
+            from traffic.traces.aicb import read_aicb
+            return read_aicb(files[0], world_size=world_size)
+        from traffic.traces.simai import read_simai
+        return read_simai(files[0], world_size=world_size)
     if fmt == "nccl-log":
         from traffic.traces.nccl_log import read_nccl_logs
         return read_nccl_logs(files, source=p, compute_gap_us=compute_gap_us,
