@@ -289,7 +289,7 @@ def param_gathers(cfg: LLMConfig, stage: int) -> list[CommSpec]:
         return []
     size = cfg.dtype_bytes
     buckets = dp_buckets(cfg, stage)
-    forward = sorted(buckets, key=lambda b: (b.first_layer, b.axis))
+    forward = buckets[::-1]  # the reverse of backward's readiness
     gather = [CommSpec(b.axis, "all_gather", b.params * size, 1, cfg.dtype,
                        f"parameters of layers {b.first_layer}..{b.last_layer}"
                        + (", before their forward" if p.zero == 3 else " after the optimizer"), b.first_layer)
