@@ -1,0 +1,157 @@
+"""The generated LLM step: Megatron 1F1B order, collectives per stream, the nominal timeline by hand."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+from fabriclab.cli import main
+from traffic import metrics
+from traffic.llm import build_workload, model, rules, schedule
+from traffic.llm.config import Compute, LLMConfig, Model, Parallel
+from traffic.workload import TraceError
+
+H100_PEAK = 989e12
+H100_HBM = 3.35e12
+
+
+def tiny(tp: int = 1, pp: int = 2, dp: int = 1, layers: int = 4, m: int = 2, tied: bool = False,
+         gpus_per_server: int = 8, **par: object) -> LLMConfig:
+    return LLMConfig(
+        name="tiny", model=Model(layers=layers, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=16, vocab=32768,
+                                 seq_len=1024, gated_ffn=False, tied_embeddings=tied),
+        parallel=Parallel(tp=tp, pp=pp, dp=dp, **par), micro_batch=1, global_batch=m * dp,
+        gpus_per_server=gpus_per_server, compute=Compute(gpu="h100", kernel_efficiency=0.5))
+
+
+def test_1f1b_order_pp4_m8():
+    cfg = tiny(pp=4, layers=4, m=8)
+    expected = {
+        0: "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7",
+        1: "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7",
+        2: "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7",
+        3: "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7",
+    }
+    for stage, want in expected.items():
+        assert " ".join(schedule.stage_program(cfg, stage).passes) == want, stage
+
+
+def _per_stream(step):
+    entries: dict[str, int] = defaultdict(int)
+    counts: dict[str, int] = defaultdict(int)
+    for c in step.collectives:
+        entries[c.stream] += 1
+        counts[c.stream] += c.count
+    return dict(entries), dict(counts)
+
+
+def test_collective_counts_per_stream_tp2_pp2_dp2():
+    m = 3
+    cfg = tiny(tp=2, pp=2, dp=2, layers=4, m=m, tied=True)
+    wl = build_workload(cfg)
+    assert wl.world_size == 8 and len(wl.ranks) == 8 and wl.format == "llm" and wl.timed
+    for rt in wl.ranks:
+        stage = cfg.grid.coords(rt.rank)["pp"]
+        entries, counts = _per_stream(rt.steps[0])
+        # pp: every micro-batch's activation and its gradient cross the one link of a 2-stage pipeline
+        assert entries["pp"] == counts["pp"] == 2 * m
+        # tp: one entry per micro-batch and pass (no sequence parallelism: only all-reduces), each standing for
+        # 2 layers x 2 all-reduces (attention and MLP outputs forward, their input gradients backward)
+        assert entries["tp"] == 2 * m and counts["tp"] == 2 * m * 2 * 2
+        assert {c.kind for c in rt.steps[0].collectives if c.stream == "tp"} == {"all_reduce"}
+        assert entries["dp"] == len(rules.dp_buckets(cfg, stage)) >= 1
+        assert entries["emb"] == 1  # tied embeddings: first and last stage (both stages here)
+        assert set(entries) == {"pp", "tp", "dp", "emb"}
+
+
+def test_group_members_list_the_groups_collectives_in_the_same_order():
+    cfg = tiny(tp=2, pp=4, dp=2, layers=8, m=5, tied=True)
+    wl = build_workload(cfg)
+    seq: dict[tuple[int, ...], dict[int, list]] = defaultdict(dict)
+    for rt in wl.ranks:
+        per: dict[tuple[int, ...], list] = defaultdict(list)
+        for c in rt.steps[0].collectives:
+            assert rt.rank in c.group_ranks and list(c.group_ranks) == sorted(c.group_ranks)
+            per[c.group_ranks].append((c.kind, c.size_bytes, c.count, c.stream, c.start_us, c.duration_us))
+        for g, calls in per.items():
+            seq[g][rt.rank] = calls
+    for g, by_rank in seq.items():
+        assert set(by_rank) == set(g), g  # every member lists the group
+        first = by_rank[g[0]]
+        for r in g:
+            assert by_rank[r] == first, (g, r)  # same collectives, same order, same start and duration
+
+
+def test_nominal_step_time_pp2_by_hand():
+    """pp 2, tp 1, dp 1, 2 micro-batches, stages on two servers (400 Gbit/s between them)."""
+    cfg = tiny(pp=2, layers=4, m=2, gpus_per_server=1)
+    tokens = 1024
+
+    def us(flops: float) -> float:
+        return flops / (H100_PEAK * 0.5) * 1e6
+
+    f0 = sum(us(model.layer_flops(cfg, i, tokens, "fwd")) for i in (0, 1))
+    b0 = sum(us(model.layer_flops(cfg, i, tokens, "bwd")) for i in (0, 1))
+    f1 = sum(us(model.layer_flops(cfg, i, tokens, "fwd")) for i in (2, 3)) + us(model.head_flops(cfg, tokens, "fwd"))
+    b1 = sum(us(model.layer_flops(cfg, i, tokens, "bwd")) for i in (2, 3)) + us(model.head_flops(cfg, tokens, "bwd"))
+    p = 1 * 1024 * 1024 * 2 * 8 / 400e9 * 1e6  # one bf16 activation (micro-batch x seq x hidden) at 400 Gbit/s
+    emb = model.embedding_params(cfg)
+    opt0 = 30 * (model.layer_params(cfg, 0) + model.layer_params(cfg, 1) + emb) / H100_HBM * 1e6
+    opt1 = 30 * (model.layer_params(cfg, 2) + model.layer_params(cfg, 3) + emb) / H100_HBM * 1e6
+    # stage 0: F0, send a0 | F1, {send a1, recv g0} | B0, recv g1 | B1;  stage 1: recv a0 | F0 B0 | {a1, g0} | F1 B1 | g1
+    t_a0 = f0 + p                                   # stage 1 waits for it from the start
+    t_b1_0 = t_a0 + f1 + b1                         # stage 1 ends B0 and offers {a1, g0}
+    e = max(2 * f0 + p, t_b1_0) + 2 * p             # the batch: a1 then g0, one after the other
+    g = max(e + b0, e + f1 + b1)                    # g1 starts when stage 0 has done B0 and stage 1 B1
+    end0 = g + p + b0 + opt0
+    end1 = g + p + opt1
+    wl = build_workload(cfg)
+    d0, d1 = (wl.ranks[r].steps[0].duration_us for r in (0, 1))
+    assert d0 == pytest.approx(end0, rel=1e-9)
+    assert d1 == pytest.approx(end1, rel=1e-9)
+    s0 = wl.ranks[0].steps[0]
+    assert s0.compute_us == pytest.approx(2 * f0 + 2 * b0 + opt0, rel=1e-9)
+    assert [c.duration_us for c in s0.collectives] == pytest.approx([p] * 4)
+    assert wl.training is not None
+    assert wl.training.mfu(max(end0, end1)) == pytest.approx(
+        model.model_flops_per_step(cfg) / (max(end0, end1) * 1e-6 * 2 * H100_PEAK))
+
+
+def test_steps_start_at_the_slowest_ranks_end():
+    cfg = tiny(pp=2, layers=4, m=2).model_copy(update={"steps": 3})
+    wl = build_workload(cfg)
+    assert [s.number for s in wl.ranks[0].steps] == [0, 1, 2]
+    for rt in wl.ranks:
+        assert [s.duration_us for s in rt.steps] == [rt.steps[0].duration_us] * 3
+
+
+def _flat(pairs):
+    return [x for pair in pairs for x in pair]
+
+
+@pytest.mark.parametrize("kw", [dict(tp=2, pp=2, dp=2, m=3, tied=True),
+                                dict(tp=1, pp=4, dp=2, layers=8, m=6, overlap_grad_reduce=False)])
+def test_composing_with_the_recorded_durations_gives_the_recorded_timeline(kw):
+    wl = build_workload(tiny(**kw))
+    for rt in wl.ranks:
+        step = rt.steps[0]
+        tl = metrics.compose_step(step)
+        assert _flat(tl.compute) == pytest.approx(_flat(step.compute))
+        assert _flat(tl.collectives) == pytest.approx(_flat((c.start_us, c.end_us) for c in step.collectives))
+        assert tl.end_us == pytest.approx(step.duration_us)
+        times = metrics.step_times(tl)
+        metrics.check_step_identity(times, tolerance_us=1e-3)
+        assert times.step_us == pytest.approx(step.duration_us)
+
+
+def test_interleaved_is_refused_clearly():
+    with pytest.raises(TraceError, match="virtual_stages"):
+        build_workload(tiny(pp=2, layers=4, m=2, virtual_stages=2))
+
+
+def test_cli_workload_llm_and_trace_show_run(capsys):
+    assert main(["workload", "llm", "gpt3-175b"]) == 0
+    out = capsys.readouterr().out
+    assert "MFU" in out and "bubble" in out and "tp all_reduce" in out
+    assert main(["trace", "show", "llm:gpt3-175b"]) == 0
+    assert "1024 in the trace" in capsys.readouterr().out
