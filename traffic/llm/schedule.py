@@ -58,19 +58,14 @@ class StageProgram:
 
 def optimizer_us(cfg: LLMConfig, stage: int) -> float:
     """The optimizer step on one GPU of `stage`, memory-bound: ADAM_BYTES_PER_PARAM x its parameters / HBM
-    bandwidth; its parameters = the stage's / (tp x ep), / dp more with a distributed optimizer (zero >= 1)."""
+    bandwidth. Its parameters: those of the stage's gradient buckets (already split over tp, and experts over
+    etp x ep), over dp x cp more (experts: edp) with a distributed optimizer (zero >= 1)."""
     par = cfg.parallel
-    params = float(sum(model.layer_params(cfg, layer) for layer in _stage_layers(cfg, stage)))
-    if stage == 0 or stage == par.pp - 1:
-        params += model.embedding_params(cfg) * (2 if par.pp == 1 and not cfg.model.tied_embeddings else 1)
-    params /= par.tp * (par.ep if cfg.model.moe is not None else 1)
-    if par.zero >= 1:
-        params /= par.dp
+    params = 0.0
+    for b in rules.dp_buckets(cfg, stage):
+        share = 1 if par.zero == 0 else (par.dp * par.cp if b.axis == "dp" else cfg.grid.edp)
+        params += b.params / share
     return params * ADAM_BYTES_PER_PARAM / HBM_BYTES_PER_S[cfg.compute.gpu] * 1e6
-
-
-def _stage_layers(cfg: LLMConfig, stage: int) -> list[int]:
-    return [layer for chunk in range(cfg.parallel.virtual_stages) for layer in model.stage_layers(cfg, stage, chunk)]
 
 
 def stage_program(cfg: LLMConfig, stage: int, ep_rank: int | None = None) -> StageProgram:
