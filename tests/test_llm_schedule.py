@@ -8,7 +8,7 @@ import pytest
 from fabriclab.cli import main
 from traffic import metrics
 from traffic.llm import build_workload, model, rules, schedule
-from traffic.llm.config import Compute, LLMConfig, Model, Parallel
+from traffic.llm.config import Compute, LLMConfig, MoE, Model, Parallel
 from traffic.workload import TraceError
 
 H100_PEAK = 989e12
@@ -16,10 +16,10 @@ H100_HBM = 3.35e12
 
 
 def tiny(tp: int = 1, pp: int = 2, dp: int = 1, layers: int = 4, m: int = 2, tied: bool = False,
-         gpus_per_server: int = 8, **par: object) -> LLMConfig:
+         gpus_per_server: int = 8, moe: MoE | None = None, **par: object) -> LLMConfig:
     return LLMConfig(
         name="tiny", model=Model(layers=layers, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=16, vocab=32768,
-                                 seq_len=1024, gated_ffn=False, tied_embeddings=tied),
+                                 seq_len=1024, gated_ffn=False, tied_embeddings=tied, moe=moe),
         parallel=Parallel(tp=tp, pp=pp, dp=dp, **par), micro_batch=1, global_batch=m * dp,
         gpus_per_server=gpus_per_server, compute=Compute(gpu="h100", kernel_efficiency=0.5, recompute="none"))
 
@@ -64,15 +64,26 @@ def test_collective_counts_per_stream_tp2_pp2_dp2():
         assert set(entries) == {"pp", "tp", "dp", "emb"}
 
 
-def test_group_members_list_the_groups_collectives_in_the_same_order():
-    cfg = tiny(tp=2, pp=4, dp=2, layers=8, m=5, tied=True)
-    wl = build_workload(cfg)
+VARIANTS = [
+    dict(tp=2, pp=4, dp=2, layers=8, m=5, tied=True),
+    dict(tp=2, pp=2, dp=2, layers=8, m=4, virtual_stages=2, tied=True),  # interleaved
+    dict(tp=2, pp=2, dp=4, layers=4, m=2, sequence_parallel=True, zero=1, ep=2,
+         moe=MoE(experts=4, top_k=2, expert_ffn_hidden=1024, routing_skew=1.0)),  # MoE, skewed routing
+    dict(tp=2, pp=2, dp=2, layers=4, m=2, cp=2, zero=3, overlap_grad_reduce=False),  # context parallel, FSDP
+]
+
+
+@pytest.mark.parametrize("kw", VARIANTS)
+def test_group_members_list_the_groups_collectives_in_the_same_order(kw):
+    wl = build_workload(tiny(**kw))
     seq: dict[tuple[int, ...], dict[int, list]] = defaultdict(dict)
     for rt in wl.ranks:
         per: dict[tuple[int, ...], list] = defaultdict(list)
         for c in rt.steps[0].collectives:
             assert rt.rank in c.group_ranks and list(c.group_ranks) == sorted(c.group_ranks)
-            per[c.group_ranks].append((c.kind, c.size_bytes, c.count, c.stream, c.start_us, c.duration_us))
+            # under skewed routing each EP rank sends what its experts got: all-to-all sizes differ by rank
+            size = None if c.kind == "all_to_all" else c.size_bytes
+            per[c.group_ranks].append((c.kind, size, c.count, c.stream, c.start_us, c.duration_us))
         for g, calls in per.items():
             seq[g][rt.rank] = calls
     for g, by_rank in seq.items():
@@ -132,7 +143,7 @@ def _flat(pairs):
 
 
 @pytest.mark.parametrize("kw", [dict(tp=2, pp=2, dp=2, m=3, tied=True),
-                                dict(tp=1, pp=4, dp=2, layers=8, m=6, overlap_grad_reduce=False)])
+                                dict(tp=1, pp=4, dp=2, layers=8, m=6, overlap_grad_reduce=False)] + VARIANTS)
 def test_composing_with_the_recorded_durations_gives_the_recorded_timeline(kw):
     wl = build_workload(tiny(**kw))
     for rt in wl.ranks:
@@ -146,9 +157,37 @@ def test_composing_with_the_recorded_durations_gives_the_recorded_timeline(kw):
         assert times.step_us == pytest.approx(step.duration_us)
 
 
-def test_interleaved_is_refused_clearly():
-    with pytest.raises(TraceError, match="virtual_stages"):
-        build_workload(tiny(pp=2, layers=4, m=2, virtual_stages=2))
+def test_interleaved_order_pp2_v2_m4():
+    """Megatron's interleaved schedule: virtual micro-batch k runs chunk (k mod 4) // 2 (backward: 1 - that) of
+    micro-batch (k // 4) x 2 + k mod 2; warm-up (pp - stage - 1) x 2 + (v - 1) x pp = 4 on stage 0, 2 on stage 1.
+    Tags are F<micro-batch>.<chunk>."""
+    cfg = tiny(pp=2, layers=8, m=4, virtual_stages=2)
+    expected = {
+        0: "F0.0 F1.0 F0.1 F1.1 F2.0 B0.1 F3.0 B1.1 F2.1 B0.0 F3.1 B1.0 B2.1 B3.1 B2.0 B3.0",
+        1: "F0.0 F1.0 F0.1 B0.1 F1.1 B1.1 F2.0 B0.0 F3.0 B1.0 F2.1 B2.1 F3.1 B3.1 B2.0 B3.0",
+    }
+    for stage, want in expected.items():
+        assert " ".join(schedule.stage_program(cfg, stage).passes) == want, stage
+    # chunk c of stage s holds layers c x 4 + s x 2 .. +1: stage 0 has layers 0, 1, 4, 5
+    assert list(model.stage_layers(cfg, 0, 1)) == [4, 5]
+
+
+def test_interleaved_runs_and_composes():
+    cfg = tiny(tp=2, pp=2, dp=2, layers=8, m=4, virtual_stages=2, tied=True)
+    wl = build_workload(cfg)
+    for rt in wl.ranks:
+        entries, counts = _per_stream(rt.steps[0])
+        # per micro-batch, activations: stage 0 chunk 0 -> stage 1 chunk 0 -> (wrap) stage 0 chunk 1 -> stage 1
+        # chunk 1 (the loss), and the gradients back the same three hops; pp 2: all on one pair of ranks
+        assert entries["pp"] == 4 * (3 + 3)
+        assert entries["tp"] == 2 * 2 * 4  # per chunk, pass and micro-batch
+        tl = metrics.compose_step(rt.steps[0])
+        assert tl.end_us == pytest.approx(rt.steps[0].duration_us)
+
+
+def test_interleaved_needs_micro_batches_divisible_by_pp():
+    with pytest.raises(TraceError, match="multiple of parallel.pp"):
+        build_workload(tiny(pp=2, layers=4, m=3, virtual_stages=2))
 
 
 def test_cli_workload_llm_and_trace_show_run(capsys):

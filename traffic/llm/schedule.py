@@ -5,19 +5,24 @@ Programs (per pipeline stage; every rank of a stage runs the same one over its o
   steady forward/backward pairs, then W cool-down backwards (m = micro-batches). Point-to-point transfers
   are batched as Megatron's `send_forward_recv_backward` / `send_backward_recv_forward` do, and block
   compute (Megatron waits on them); the two transfers of a batch run one after the other on stream "pp".
-- A forward of a micro-batch: receive the activation (stage > 0), compute its layers (plus the output
-  layer on the last stage), the layers' tensor-, context- and expert-parallel collectives (one entry per
-  kind and size, `count` = layers x per-layer count; they block compute), send to the next stage. A
-  backward mirrors it. Compute per GPU = whole-layer FLOPs / (tp x cp) at `model.compute_us`.
+- With `virtual_stages` v > 1, Megatron's interleaved order (`_interleaved_order`); its transfers are
+  modelled as data flow: a pass waits for its input right before it and sends its output without waiting
+  (the last stage's chunk c feeds the first stage's chunk c + 1).
+- A forward of a micro-batch: receive the activation, compute the chunk's layers (plus the output layer
+  on the last stage), the layers' tensor-, context- and expert-parallel collectives (one entry per kind
+  and size, `count` = layers x per-layer count; they block compute), send it on. A backward mirrors it.
+  Compute per GPU = whole-layer FLOPs / (tp x cp) at `model.compute_us`. FSDP (zero 3) gathers a chunk's
+  parameters (blocking) before each of its passes.
 - Gradient buckets (`rules.dp_buckets`) go on stream "dp" ("edp" for expert buckets) as the last
   micro-batch's backward finishes their layers (`overlap_grad_reduce`; else all after the flush), without
   blocking compute; the tied-embedding all-reduce ("emb") after the flush. The step then waits for them,
-  runs the optimizer (`optimizer_us`), and the ZeRO parameter all-gathers (`rules.param_gathers`).
+  runs the optimizer (`optimizer_us`), and the ZeRO-1/2 parameter all-gathers (`rules.param_gathers`).
 Nominal timeline: a collective starts when every member has issued it and its stream is free on each
-(NCCL: the slowest member gates it) and lasts size x busbw_factor x 8 / bandwidth, the bandwidth being
-`nvlink_gbps` for a group inside one server (rank // gpus_per_server) and `nic_gbps` otherwise; no
-latency term. Stragglers scale a rank's compute (`compute_multipliers`); the optimizer is memory-bound and
-not scaled. Every step starts for all ranks when the slowest rank ended the previous one.
+(NCCL: the slowest member gates it; asynchronous ones keep their issue order on a stream) and lasts
+size x count x busbw_factor x 8 / bandwidth, the bandwidth being `nvlink_gbps` for a group inside one
+server (rank // gpus_per_server) and `nic_gbps` otherwise; no latency term, no contention between groups.
+Stragglers scale a rank's compute (`compute_multipliers`); the optimizer is memory-bound and not scaled.
+Every step starts for all ranks when the slowest rank ended the previous one.
 """
 from __future__ import annotations
 
@@ -41,8 +46,7 @@ ADAM_BYTES_PER_PARAM = 30
 
 # ops of a program: (op code, payload); collectives are templates (slot, occ, kind, size, count, dtype, name)
 _COMPUTE, _BLOCK, _ASYNC, _WAIT = 0, 1, 2, 3
-_STREAM = {"pp_prev": "pp", "pp_next": "pp"}
-_BLOCKING_SLOTS = {"tp", "cp", "ep", "etp", "pp_prev", "pp_next"}
+_STREAM = {"pp_prev": "pp", "pp_next": "pp", "pp_wrap": "pp"}
 
 
 @dataclass(frozen=True)
@@ -68,31 +72,56 @@ def optimizer_us(cfg: LLMConfig, stage: int) -> float:
     return params * ADAM_BYTES_PER_PARAM / HBM_BYTES_PER_S[cfg.compute.gpu] * 1e6
 
 
+def _interleaved_order(pp: int, stage: int, m: int, v: int) -> list[tuple[str, int, int]]:
+    """Megatron's interleaved 1F1B order on `stage` with `v` model chunks: [(pass, chunk, micro-batch), ...].
+    Virtual micro-batch k runs chunk (k mod pp*v) // pp (backward: v - 1 - that) of micro-batch
+    (k // (pp*v)) x pp + k mod pp; warm-up (pp - stage - 1) x 2 + (v - 1) x pp forwards (all when m = pp)."""
+    total = m * v
+    warm = total if m == pp else min((pp - stage - 1) * 2 + (v - 1) * pp, total)
+
+    def at(k: int, forward: bool) -> tuple[int, int]:
+        chunk = (k % (pp * v)) // pp
+        return (chunk if forward else v - 1 - chunk), (k // (pp * v)) * pp + k % pp
+
+    out = [("F", *at(k, True)) for k in range(warm)]
+    for k in range(total - warm):
+        out += [("F", *at(k + warm, True)), ("B", *at(k, False))]
+    out += [("B", *at(k, False)) for k in range(total - warm, total)]
+    return out
+
+
 def stage_program(cfg: LLMConfig, stage: int, ep_rank: int | None = None) -> StageProgram:
     """The ops of one step on `stage` (see the module docstring); `ep_rank`: the expert-parallel rank whose
     all-to-all sizes to use under skewed routing (None: the uniform size)."""
     par = cfg.parallel
-    if par.virtual_stages > 1:
-        raise TraceError(f"{cfg.name}: parallel.virtual_stages = {par.virtual_stages}: the interleaved 1F1B schedule "
-                         "is not supported yet (use virtual_stages = 1)")
-    pp, m = par.pp, cfg.micro_batches
+    pp, m, v = par.pp, cfg.micro_batches, par.virtual_stages
+    if v > 1 and m % pp:
+        raise TraceError(f"{cfg.name}: the interleaved schedule (virtual_stages {v}) needs micro-batches ({m}) "
+                         f"divisible by pp ({pp}), as Megatron does")
     first, last = stage == 0, stage == pp - 1
-    layers = list(model.stage_layers(cfg, stage))
+    chunks = [list(model.stage_layers(cfg, stage, c)) for c in range(v)]
     tokens = cfg.micro_batch * cfg.model.seq_len
     split = par.tp * par.cp
-    fwd_layer = [model.compute_us(cfg, model.layer_flops(cfg, i, tokens, "fwd") / split) for i in layers]
-    bwd_layer = [model.compute_us(cfg, model.layer_flops(cfg, i, tokens, "bwd") / split) for i in layers]
-    head_f = model.compute_us(cfg, model.head_flops(cfg, tokens, "fwd") / split) if last else 0.0
-    head_b = model.compute_us(cfg, model.head_flops(cfg, tokens, "bwd") / split) if last else 0.0
+
+    def us(flops: float) -> float:
+        return model.compute_us(cfg, flops / split)
+
+    fwd_layer = [[us(model.layer_flops(cfg, i, tokens, "fwd")) for i in ls] for ls in chunks]
+    bwd_layer = [[us(model.layer_flops(cfg, i, tokens, "bwd")) for i in ls] for ls in chunks]
+    head_f = [us(model.head_flops(cfg, tokens, "fwd")) if last and c == v - 1 else 0.0 for c in range(v)]
+    head_b = [us(model.head_flops(cfg, tokens, "bwd")) if last and c == v - 1 else 0.0 for c in range(v)]
     occ: dict[str, int] = {}
 
-    def coll(slot: str, kind: str, size: int, count: int, dtype: str, name: str) -> tuple:
-        k = occ.get(slot, 0)
-        occ[slot] = k + 1
-        return (slot, k, kind, size, count, dtype, name)
+    def coll(slot: str, kind: str, size: int, count: int, dtype: str, name: str, ident: object = None) -> tuple:
+        """A collective template; `ident` (the same on every member) or the k-th on this slot matches it."""
+        if ident is None:
+            k = occ.get(slot, 0)
+            occ[slot] = k + 1
+            ident = k
+        return (slot, ident, kind, size, count, dtype, name)
 
-    def layer_comms(pass_: Pass) -> list[tuple[str, str, int, str, str, int]]:
-        """The stage's layer collectives of one pass, one entry per (axis, kind, size, dtype) with their count."""
+    def layer_comms(layers: list[int], pass_: Pass) -> list[tuple[str, str, int, str, str, int]]:
+        """The layers' collectives of one pass, one entry per (axis, kind, size, dtype) with their count."""
         count: dict[tuple[str, str, int, str], int] = {}
         whats: dict[tuple[str, str, int, str], list[str]] = {}
         for i in layers:
@@ -106,25 +135,41 @@ def stage_program(cfg: LLMConfig, stage: int, ep_rank: int | None = None) -> Sta
         return [(a, k, s, d, f"{pass_} {span}: {'; '.join(whats[(a, k, s, d)])}", n)
                 for (a, k, s, d), n in count.items()]
 
-    comms = {"fwd": layer_comms("fwd"), "bwd": layer_comms("bwd")}
+    comms = [{"fwd": layer_comms(ls, "fwd"), "bwd": layer_comms(ls, "bwd")} for ls in chunks]
     p2p = rules.pp_p2p_bytes(cfg)
-    buckets = rules.dp_buckets(cfg, stage)
+
+    def chunk_of(layer: int) -> int:  # -1: the input embedding (chunk 0); model.layers: the output layer (last)
+        if layer < 0:
+            return 0
+        if layer >= cfg.model.layers:
+            return v - 1
+        return next(c for c, ls in enumerate(chunks) if layer in ls)
+
+    buckets = [[b for b in rules.dp_buckets(cfg, stage) if chunk_of(b.first_layer) == c] for c in range(v)]
+    gathers = rules.param_gathers(cfg, stage) if par.zero == 3 else []
+    half = len(gathers) // 2  # FSDP: the forward gathers, then the backward ones
+    fsdp = [{"fwd": [g for g in gathers[:half] if chunk_of(g.layer if g.layer is not None else 0) == c],
+             "bwd": [g for g in gathers[half:] if chunk_of(g.layer if g.layer is not None else 0) == c]}
+            for c in range(v)]
     ops: list[tuple[int, Any]] = []
 
-    def act(slot: str) -> tuple:
-        return coll(slot, "send_recv", p2p, 1, cfg.dtype, "activation")
+    def act(slot: str, ident: object = None) -> tuple:
+        return coll(slot, "send_recv", p2p, 1, cfg.dtype, "activation", ident)
 
-    def grad(slot: str) -> tuple:
-        return coll(slot, "send_recv", p2p, 1, cfg.dtype, "activation gradient")
+    def grad(slot: str, ident: object = None) -> tuple:
+        return coll(slot, "send_recv", p2p, 1, cfg.dtype, "activation gradient", ident)
 
     def block(*colls: tuple) -> None:
         ops.append((_BLOCK, colls))
 
-    def compute(us: float, mb: int, what: str) -> None:
-        ops.append((_COMPUTE, (us, mb, what)))
+    def tag(p: str, c: int, i: int) -> str:
+        return f"{p}{i}" if v == 1 else f"{p}{i}.{c}"
 
-    def run_comms(pass_: Pass) -> None:
-        for axis, kind, size, dtype, name, count in comms[pass_]:
+    def compute(us_: float, mb: int, what: str) -> None:
+        ops.append((_COMPUTE, (us_, mb, what)))
+
+    def run_comms(c: int, pass_: Pass) -> None:
+        for axis, kind, size, dtype, name, count in comms[c][pass_]:
             block(coll(axis, kind, size, count, dtype, name))
 
     def issue_buckets(which: list) -> None:
@@ -132,63 +177,80 @@ def stage_program(cfg: LLMConfig, stage: int, ep_rank: int | None = None) -> Sta
             ops.append((_ASYNC, tuple(coll(b.axis, b.kind, b.size_bytes, 1, b.dtype,
                                            f"gradients of layers {b.first_layer}-{b.last_layer}") for b in which)))
 
-    gathers = rules.param_gathers(cfg, stage) if par.zero == 3 else []
-    n_fwd_gathers = len(gathers) // 2
-
-    def fsdp_gathers(pass_: Pass) -> None:  # FSDP: a layer's parameters are gathered before each pass over it
-        for spec in (gathers[:n_fwd_gathers] if pass_ == "fwd" else gathers[n_fwd_gathers:]):
+    def fsdp_gathers(c: int, pass_: Pass) -> None:  # FSDP: a layer's parameters are gathered before each pass
+        for spec in fsdp[c][pass_]:
             block(coll(spec.axis, spec.kind, spec.size_bytes, spec.count, spec.dtype, spec.what))
 
-    def forward(i: int) -> None:
-        fsdp_gathers("fwd")
-        compute(sum(fwd_layer) + head_f, i, f"F{i}")
-        run_comms("fwd")
+    def forward(c: int, i: int) -> None:
+        fsdp_gathers(c, "fwd")
+        compute(sum(fwd_layer[c]) + head_f[c], i, tag("F", c, i))
+        run_comms(c, "fwd")
 
-    def backward(i: int) -> None:
-        fsdp_gathers("bwd")
+    def backward(c: int, i: int) -> None:
+        fsdp_gathers(c, "bwd")
+        layers = chunks[c]
         if i == m - 1 and par.overlap_grad_reduce:  # grads fill in reverse: issue each bucket when its layers are done
-            compute(head_b, i, f"B{i}")
-            issue_buckets([b for b in buckets if b.first_layer > layers[-1]])  # the output layer's
-            pending = [b for b in buckets if b.first_layer <= layers[-1]]
+            compute(head_b[c], i, tag("B", c, i))
+            top = layers[-1] if layers else -1
+            issue_buckets([b for b in buckets[c] if b.first_layer > top])  # the output layer's
+            pending = [b for b in buckets[c] if b.first_layer <= top]
             for pos in reversed(range(len(layers))):
-                compute(bwd_layer[pos], i, f"B{i}")
-                ready = [b for b in pending if b.first_layer == layers[pos]]
+                compute(bwd_layer[c][pos], i, tag("B", c, i))
+                issue_buckets([b for b in pending if b.first_layer == layers[pos]])
                 pending = [b for b in pending if b.first_layer != layers[pos]]
-                issue_buckets(ready)
-            run_comms("bwd")
+            run_comms(c, "bwd")
             issue_buckets(pending)  # the input embedding's (layer -1)
         else:
-            compute(sum(bwd_layer) + head_b, i, f"B{i}")
-            run_comms("bwd")
+            compute(sum(bwd_layer[c]) + head_b[c], i, tag("B", c, i))
+            run_comms(c, "bwd")
 
-    warm = min(pp - stage - 1, m)
-    steady = m - warm
-    for i in range(warm):
-        if not first:
+    if v == 1:
+        warm = min(pp - stage - 1, m)
+        steady = m - warm
+        for i in range(warm):
+            if not first:
+                block(act("pp_prev"))
+            forward(0, i)
+            if not last:
+                block(act("pp_next"))
+        if steady and not first:
             block(act("pp_prev"))
-        forward(i)
-        if not last:
-            block(act("pp_next"))
-    if steady and not first:
-        block(act("pp_prev"))
-    for i in range(steady):
-        forward(warm + i)
-        if not last:
-            block(act("pp_next"), grad("pp_next"))  # send_forward_recv_backward
-        backward(i)
-        if not first:
-            if i == steady - 1:
+        for i in range(steady):
+            forward(0, warm + i)
+            if not last:
+                block(act("pp_next"), grad("pp_next"))  # send_forward_recv_backward
+            backward(0, i)
+            if not first:
+                if i == steady - 1:
+                    block(grad("pp_prev"))
+                else:
+                    block(act("pp_prev"), grad("pp_prev"))  # send_backward_recv_forward
+        for i in range(steady, m):
+            if not last:
+                block(grad("pp_next"))
+            backward(0, i)
+            if not first:
                 block(grad("pp_prev"))
+    else:
+        # data flow: a pass receives its input (blocking) right before it and sends its output without waiting;
+        # the message's identity (what, destination stage, chunk, micro-batch) matches the two ends
+        for p, c, i in _interleaved_order(pp, stage, m, v):
+            if p == "F":
+                if not (first and c == 0):
+                    block(act("pp_prev" if not first else "pp_wrap", ("act", stage, c, i)))
+                forward(c, i)
+                if not (last and c == v - 1):
+                    dest = (stage + 1, c) if not last else (0, c + 1)
+                    ops.append((_ASYNC, (act("pp_next" if not last else "pp_wrap", ("act", *dest, i)),)))
             else:
-                block(act("pp_prev"), grad("pp_prev"))  # send_backward_recv_forward
-    for i in range(steady, m):
-        if not last:
-            block(grad("pp_next"))
-        backward(i)
-        if not first:
-            block(grad("pp_prev"))
+                if not (last and c == v - 1):
+                    block(grad("pp_next" if not last else "pp_wrap", ("grad", stage, c, i)))
+                backward(c, i)
+                if not (first and c == 0):
+                    dest = (stage - 1, c) if not first else (pp - 1, c - 1)
+                    ops.append((_ASYNC, (grad("pp_prev" if not first else "pp_wrap", ("grad", *dest, i)),)))
     if not par.overlap_grad_reduce:
-        issue_buckets(list(buckets))
+        issue_buckets([b for bs in buckets[::-1] for b in bs])
     emb = rules.embedding_sync(cfg)
     if emb is not None and (first or last):
         ops.append((_ASYNC, (coll("emb", emb.kind, emb.size_bytes, emb.count, emb.dtype, emb.what),)))
@@ -200,7 +262,8 @@ def stage_program(cfg: LLMConfig, stage: int, ep_rank: int | None = None) -> Sta
     for code, payload in ops:
         if code == _COMPUTE and payload[2] != "optimizer" and (not passes or passes[-1] != payload[2]):
             passes.append(payload[2])
-    return StageProgram(stage, tuple(ops), tuple(passes), sum(fwd_layer) + head_f, sum(bwd_layer) + head_b)
+    return StageProgram(stage, tuple(ops), tuple(passes), sum(map(sum, fwd_layer)) + sum(head_f),
+                        sum(map(sum, bwd_layer)) + sum(head_b))
 
 
 # --- groups ---------------------------------------------------------------------------------------------------
@@ -246,6 +309,8 @@ class _Groups:
             out["pp_next"] = self.gid("pp", (rank, pp_group[stage + 1]))
         if par.pp > 1:
             out["emb"] = self.gid("emb", (pp_group[0], pp_group[-1]))
+            if stage in (0, par.pp - 1):  # interleaved: the last stage's chunk c feeds the first stage's chunk c + 1
+                out["pp_wrap"] = self.gid("pp", (pp_group[0], pp_group[-1]))
         return out
 
 
@@ -286,7 +351,8 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
     relative to `t0`, and the slowest rank's end (absolute). `mult`: the rank's compute multipliers per micro-batch."""
     world = cfg.world_size
     rows = mult.tolist()
-    insts: dict[tuple[int, int], list] = {}  # (gid, occ) -> [left, issue, start, end, gid, stream, dur, blocking]
+    # (gid, identity) -> [members left to issue, last issue, start, end, gid, stream, duration, [(member, blocks)], fifo]
+    insts: dict[tuple[int, object], list] = {}
     queues: dict[tuple[int, str], deque] = {}
     free: dict[tuple[int, str], float] = {}
     pc = [0] * world
@@ -299,17 +365,16 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
     records: list[list] = [[] for _ in range(world)]
     ready = list(range(world - 1, -1, -1))
 
-    def start(key: tuple[int, int]) -> None:
+    def start(key: tuple[int, object]) -> None:
         todo = [key]
         while todo:
             k = todo.pop()
             inst = insts[k]
-            stream = inst[5]
+            stream, fifo = inst[5], inst[8]
             members = groups.tuples[inst[4]]
             t = inst[1]
             for mem in members:
-                q = queues[(mem, stream)]
-                if q[0] != k:
+                if fifo and queues[(mem, stream)][0] != k:
                     break
                 f = free.get((mem, stream), t0)
                 if f > t:
@@ -318,10 +383,9 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
                 end = t + inst[6]
                 inst[2], inst[3] = t, end
                 for mem in members:
-                    q = queues[(mem, stream)]
-                    q.popleft()
                     free[(mem, stream)] = end
-                    if inst[7]:
+                for mem, blocking in inst[7]:
+                    if blocking:
                         wait_left[mem] -= 1
                         if wait_left[mem] == 0 and waiting[mem] == 1:
                             waiting[mem] = 0
@@ -333,9 +397,11 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
                         if async_open[mem] == 0 and waiting[mem] == 2:
                             waiting[mem] = 0
                             ready.append(mem)
-                    if q:
-                        nxt = insts[q[0]]
-                        if nxt[0] == 0:
+                if fifo:
+                    for mem in members:
+                        q = queues[(mem, stream)]
+                        q.popleft()
+                        if q and insts[q[0]][0] == 0:
                             todo.append(q[0])
 
     def issue(rank: int, tmpl: tuple, t: float, blocking: bool) -> None:
@@ -347,17 +413,21 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
         n = len(groups.tuples[gid])
         dur = tmpl[3] * tmpl[4] * busbw_factor(tmpl[2], n) * 8 / (groups.bw_gbps[gid] * 1e3)
         if inst is None:
-            inst = insts[key] = [n, t, 0.0, 0.0, gid, stream, dur, blocking]
+            # asynchronous collectives (gradient buckets) keep their issue order on a stream; blocking ones and
+            # point-to-point transfers start as soon as every member has issued them and the stream is free
+            inst = insts[key] = [n, t, 0.0, 0.0, gid, stream, dur, [], not blocking and stream != "pp"]
         else:  # the last member to issue it and the largest send buffer (skewed all-to-all) decide
             if t > inst[1]:
                 inst[1] = t
             if dur > inst[6]:
                 inst[6] = dur
         inst[0] -= 1
-        q = queues.get((rank, stream))
-        if q is None:
-            q = queues[(rank, stream)] = deque()
-        q.append(key)
+        inst[7].append((rank, blocking))
+        if inst[8]:
+            q = queues.get((rank, stream))
+            if q is None:
+                q = queues[(rank, stream)] = deque()
+            q.append(key)
         records[rank].append((tmpl, gid, key))
         if blocking:
             wait_left[rank] += 1
@@ -419,7 +489,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
     if stuck:
         raise TraceError(f"{cfg.name}: the step schedule deadlocked: rank {stuck[0]} (and {len(stuck) - 1} more) "
                          f"waits at op {pc[stuck[0]]} (a bug in traffic.llm.schedule)")
-    made: dict[tuple[tuple[int, int], int], Collective] = {}  # one object per instance and template, shared by members
+    made: dict[tuple[tuple[int, object], int], Collective] = {}  # one object per instance and template, shared by members
     out = []
     for r in range(world):
         colls = []
@@ -431,6 +501,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
                     kind=tmpl[2], size_bytes=tmpl[3], dtype=tmpl[5], group_ranks=groups.tuples[gid], stream=inst[5],
                     start_us=inst[2] - t0, duration_us=inst[3] - inst[2], name=tmpl[6], count=tmpl[4])
             colls.append(c)
+        colls.sort(key=lambda c: c.start_us or 0.0)  # by start: what members share is listed in one order on all of them
         out.append((tuple((a - t0, b - t0) for a, b in compute[r]), tuple(colls), clock[r] - t0))
     return out, max(clock)
 
