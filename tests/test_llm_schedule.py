@@ -196,3 +196,17 @@ def test_cli_workload_llm_and_trace_show_run(capsys):
     assert "MFU" in out and "bubble" in out and "tp all_reduce" in out
     assert main(["trace", "show", "llm:gpt3-175b"]) == 0
     assert "1024 in the trace" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kw", VARIANTS[:3])
+def test_running_one_tp_rank_per_group_gives_every_ranks_full_timeline(kw, monkeypatch):
+    cfg = tiny(**kw)
+    mult = schedule.compute_multipliers(cfg)
+    assert schedule._tp_symmetric(cfg, mult)
+    short = schedule.rank_traces(cfg)
+    monkeypatch.setattr(schedule, "_tp_symmetric", lambda cfg, mult: False)
+    full = schedule.rank_traces(cfg)
+    assert short[1] == full[1]
+    for a, b in zip(short[0], full[0]):
+        assert a.rank == b.rank
+        assert a.steps == b.steps  # compute, durations and every collective (group, start, duration) equal

@@ -27,7 +27,7 @@ Every step starts for all ranks when the slowest rank ended the previous one.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -345,10 +345,11 @@ def compute_multipliers(cfg: LLMConfig) -> np.ndarray:
 
 
 def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups, slots: list[dict[str, int]],
-                  mult: np.ndarray, t0: float) -> tuple[list[tuple[tuple[Interval, ...], tuple[Collective, ...], float]],
-                                                        float]:
-    """Run every rank's program (`programs[rank]`) from `t0`; per rank (compute intervals, collectives, end), times
-    relative to `t0`, and the slowest rank's end (absolute). `mult`: the rank's compute multipliers per micro-batch."""
+                  mult: np.ndarray, t0: float, sim: list[int], members_of: list[tuple[int, ...]]
+                  ) -> tuple[list[tuple[tuple[Interval, ...], tuple[Collective, ...], float]], float]:
+    """Run the programs (`programs[rank]`) of the ranks `sim` from `t0`; per rank of `sim` (compute intervals,
+    collectives, end), times relative to `t0`, and the slowest rank's end (absolute). `mult`: the ranks' compute
+    multipliers per micro-batch; `members_of`: per group, its members among `sim`."""
     world = cfg.world_size
     rows = mult.tolist()
     # (gid, identity) -> [members left to issue, last issue, start, end, gid, stream, duration, [(member, blocks)], fifo]
@@ -363,7 +364,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
     waiting = [0] * world  # 0 running, 1 blocked on a batch, 2 on the asynchronous ones
     compute: list[list[list[float]]] = [[] for _ in range(world)]
     records: list[list] = [[] for _ in range(world)]
-    ready = list(range(world - 1, -1, -1))
+    ready = sim[::-1]
 
     def start(key: tuple[int, object]) -> None:
         todo = [key]
@@ -371,7 +372,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
             k = todo.pop()
             inst = insts[k]
             stream, fifo = inst[5], inst[8]
-            members = groups.tuples[inst[4]]
+            members = members_of[inst[4]]
             t = inst[1]
             for mem in members:
                 if fifo and queues[(mem, stream)][0] != k:
@@ -410,12 +411,11 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
         key = (gid, tmpl[1])
         inst = insts.get(key)
         stream = _STREAM.get(slot, slot)
-        n = len(groups.tuples[gid])
-        dur = tmpl[3] * tmpl[4] * busbw_factor(tmpl[2], n) * 8 / (groups.bw_gbps[gid] * 1e3)
+        dur = tmpl[3] * tmpl[4] * busbw_factor(tmpl[2], len(groups.tuples[gid])) * 8 / (groups.bw_gbps[gid] * 1e3)
         if inst is None:
             # asynchronous collectives (gradient buckets) keep their issue order on a stream; blocking ones and
             # point-to-point transfers start as soon as every member has issued them and the stream is free
-            inst = insts[key] = [n, t, 0.0, 0.0, gid, stream, dur, [], not blocking and stream != "pp"]
+            inst = insts[key] = [len(members_of[gid]), t, 0.0, 0.0, gid, stream, dur, [], not blocking and stream != "pp"]
         else:  # the last member to issue it and the largest send buffer (skewed all-to-all) decide
             if t > inst[1]:
                 inst[1] = t
@@ -485,13 +485,13 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
                 i += 1
         pc[r] = i
         clock[r] = t
-    stuck = [r for r in range(world) if pc[r] < len(programs[r].ops)]
+    stuck = [r for r in sim if pc[r] < len(programs[r].ops)]
     if stuck:
         raise TraceError(f"{cfg.name}: the step schedule deadlocked: rank {stuck[0]} (and {len(stuck) - 1} more) "
                          f"waits at op {pc[stuck[0]]} (a bug in traffic.llm.schedule)")
     made: dict[tuple[tuple[int, object], int], Collective] = {}  # one object per instance and template, shared by members
     out = []
-    for r in range(world):
+    for r in sim:
         colls = []
         for tmpl, gid, key in records[r]:
             c = made.get((key, id(tmpl)))
@@ -503,34 +503,51 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
             colls.append(c)
         colls.sort(key=lambda c: c.start_us or 0.0)  # by start: what members share is listed in one order on all of them
         out.append((tuple((a - t0, b - t0) for a, b in compute[r]), tuple(colls), clock[r] - t0))
-    return out, max(clock)
+    return out, max(clock[r] for r in sim)
+
+
+def _tp_symmetric(cfg: LLMConfig, mult: np.ndarray) -> bool:
+    """Whether the ranks of every TP group run the same timeline, so that one of them stands for all: the same
+    compute, no expert group across TP ranks (etp = tp, or no EP), and groups shifted by a TP offset staying
+    inside or across servers as they were (tp divides the server or the server divides tp)."""
+    par, g = cfg.parallel, cfg.gpus_per_server
+    if par.tp == 1 or (par.ep > 1 and par.expert_tp != par.tp) or (g % par.tp and par.tp % g):
+        return False
+    by_group = mult.reshape(mult.shape[0], -1, par.tp, mult.shape[2])
+    return bool((by_group == by_group[:, :, :1, :]).all())
 
 
 def rank_traces(cfg: LLMConfig) -> tuple[tuple[RankTrace, ...], list[float]]:
-    """Every rank's `cfg.steps` steps on the nominal timeline, and each step's time (the slowest rank's)."""
+    """Every rank's `cfg.steps` steps on the nominal timeline, and each step's time (the slowest rank's).
+    Where TP ranks are alike (`_tp_symmetric`) only TP rank 0 of each group is run; TP rank j's timeline is its,
+    with every group but the TP group shifted by j ranks."""
     par = cfg.parallel
     grid = cfg.grid
+    world = cfg.world_size
     skewed = cfg.model.moe is not None and cfg.model.moe.routing_skew > 0 and par.ep > 1
-    keys = [(grid.coords(r)["pp"], grid.expert_coords(r)["ep"] if skewed else None) for r in range(cfg.world_size)]
+    keys = [(grid.coords(r)["pp"], grid.expert_coords(r)["ep"] if skewed else None) for r in range(world)]
     index: dict[tuple[int, int | None], int] = {}
     programs: list[StageProgram] = []
     for key in keys:
         if key not in index:
             index[key] = len(programs)
             programs.append(stage_program(cfg, *key))
-    prog_of = [index[key] for key in keys]
+    prog_of = [programs[index[key]] for key in keys]
     groups = _Groups(cfg)
-    slots = [groups.slots(r) for r in range(cfg.world_size)]
+    slots = [groups.slots(r) for r in range(world)]
     mult = compute_multipliers(cfg)
+    tp = par.tp if _tp_symmetric(cfg, mult) else 1
+    sim = list(range(0, world, tp))
+    members_of = [tuple(r for r in g if r % tp == 0) for g in groups.tuples]
     varies = cfg.stragglers.jitter_cv > 0
-    steps: list[list[Step]] = [[] for _ in range(cfg.world_size)]
+    steps: list[list[Step]] = [[] for _ in range(world)]
     step_us: list[float] = []
     t0 = 0.0
     made: list[Step] | None = None
     for k in range(cfg.steps):
         if made is None or varies:
-            result, t_end = simulate_step(cfg, [programs[i] for i in prog_of], groups, slots, mult[k], t0)
-            made = [Step(k, end, compute, colls) for compute, colls, end in result]
+            result, t_end = simulate_step(cfg, prog_of, groups, slots, mult[k], t0, sim, members_of)
+            made = _expand(k, result, tp, world)
             step_us.append(t_end - t0)
         else:
             made = [Step(k, s.duration_us, s.compute, s.collectives) for s in made]
@@ -539,3 +556,31 @@ def rank_traces(cfg: LLMConfig) -> tuple[tuple[RankTrace, ...], list[float]]:
         for r, s in enumerate(made):
             steps[r].append(s)
     return tuple(RankTrace(r, tuple(s)) for r, s in enumerate(steps)), step_us
+
+
+def _expand(number: int, result: list[tuple[tuple[Interval, ...], tuple[Collective, ...], float]], tp: int,
+            world: int) -> list[Step]:
+    """Every rank's Step from the simulated ranks' (TP rank 0 of each group when tp > 1)."""
+    out: list[Step] = []
+    shifted: dict[tuple[int, int], Collective] = {}  # (id of rank 0's collective, offset) -> rank j's, shared
+    groups: dict[tuple[tuple[int, ...], int], tuple[int, ...]] = {}
+    for compute, colls, end in result:
+        out.append(Step(number, end, compute, colls))
+        rep = len(out) - 1  # the simulated rank, TP rank 0 of its group
+        for j in range(1, tp):
+            mine = []
+            for c in colls:
+                if rep + j in c.group_ranks:  # its TP group: the same collective
+                    mine.append(c)
+                    continue
+                d = shifted.get((id(c), j))
+                if d is None:
+                    g = groups.get((c.group_ranks, j))
+                    if g is None:
+                        g = groups[(c.group_ranks, j)] = tuple(r + j for r in c.group_ranks)
+                    d = shifted[(id(c), j)] = replace(c, group_ranks=g)
+                mine.append(d)
+            out.append(Step(number, end, compute, tuple(mine)))
+    if len(out) != world:
+        raise TraceError(f"internal: {len(out)} rank timelines for {world} ranks")
+    return out
