@@ -159,6 +159,12 @@ def test_zero1_reduce_scatters_the_buckets_and_all_gathers_bf16_params_in_forwar
     assert rules.param_gathers(tiny(), 1) == []
 
 
+def test_interleaved_stage_has_a_buffer_per_chunk_the_last_chunk_ready_first():
+    buckets = rules.dp_buckets(tiny(virtual_stages=2), 0)
+    # stage 0 holds chunk 0 = layer 0 (+ the embedding) and chunk 1 = layer 2; chunk 1's backward ends first
+    assert [(b.first_layer, b.last_layer, b.params) for b in buckets] == [(2, 2, LAYER), (-1, 0, LAYER + EMB + POS)]
+
+
 def test_zero3_gathers_each_layer_before_forward_and_backward():
     cfg = tiny(zero=3)
     buckets = rules.dp_buckets(cfg, 0)

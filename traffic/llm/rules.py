@@ -10,6 +10,7 @@ says where each rule comes from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 import numpy as np
 
 from traffic.llm.model import Pass, stage_layers
@@ -129,11 +130,16 @@ def ep_rank_shares(cfg: LLMConfig, layer: int) -> list[float]:
         raise TraceError(f"{cfg.name}: a dense model has no expert routing")
     if moe.routing_skew == 0:
         return [1.0 / ep] * ep
-    rng = np.random.default_rng([moe.seed, layer])
-    ranks = rng.permutation(moe.experts)
-    weights = 1.0 / (ranks + 1.0) ** moe.routing_skew
+    return list(_skewed_shares(moe.experts, ep, moe.routing_skew, moe.seed, layer))
+
+
+@lru_cache(maxsize=4096)
+def _skewed_shares(experts: int, ep: int, skew: float, seed: int, layer: int) -> tuple[float, ...]:
+    rng = np.random.default_rng([seed, layer])
+    ranks = rng.permutation(experts)
+    weights = 1.0 / (ranks + 1.0) ** skew
     weights /= weights.sum()
-    return [float(x) for x in weights.reshape(ep, moe.experts // ep).sum(axis=1)]
+    return tuple(float(x) for x in weights.reshape(ep, experts // ep).sum(axis=1))
 
 
 def ep_comms(cfg: LLMConfig, layer: int, pass_: Pass, ep_rank: int | None = None) -> list[CommSpec]:
