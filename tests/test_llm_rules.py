@@ -175,6 +175,18 @@ def test_zero3_gathers_each_layer_before_forward_and_backward():
         (-1, (EMB + POS) * 2), (0, LAYER * 2), (1, LAYER * 2), (1, LAYER * 2), (0, LAYER * 2), (-1, (EMB + POS) * 2)]
 
 
+def test_grad_groups_span_dp_and_cp_and_the_embedding_ends():
+    cfg = parse_config({**TINY, "parallel": {"tp": 2, "cp": 2, "dp": 2, "pp": 2}})
+    # rank = tp + 2 (cp + 2 (dp + 2 pp)): rank 1 is tp 1, cp 0, dp 0, pp 0
+    assert rules.grad_group(cfg, "dp", 1) == (1, 3, 5, 7)  # cp in {0, 1} x dp in {0, 1}
+    assert rules.grad_group(cfg, "dp", 9) == (9, 11, 13, 15)  # the same on stage 1
+    assert rules.grad_group(cfg, "emb", 3) == (3, 11)  # tp 1, cp 1, dp 0 on stages 0 and 1
+    assert rules.grad_group(tiny(), "dp", 0) == (0, 2)  # no cp: the plain dp group
+    assert rules.grad_group(moe_job(), "edp", 0) == moe_job().grid.group_of("edp", 0) == (0, 4)
+    with pytest.raises(TraceError, match="axis 'tp'"):
+        rules.grad_group(cfg, "tp", 0)
+
+
 # ---- expert parallelism ----------------------------------------------------------------------------------
 
 def test_ep4_top2_four_all_to_alls_per_moe_layer():

@@ -308,6 +308,25 @@ def param_gathers(cfg: LLMConfig, stage: int) -> list[CommSpec]:
     return gather + again
 
 
+def grad_group(cfg: LLMConfig, axis: str, rank: int) -> tuple[int, ...]:
+    """The ranks `rank` reduces a bucket or the embedding with, ascending: "dp" is Megatron's data-parallel group
+    with context parallelism (the dp x cp ranks sharing tp and pp coordinates; the plain dp group with cp 1),
+    "edp" the expert grid's, "emb" the first- and last-stage ranks sharing tp, cp and dp coordinates."""
+    grid = cfg.grid
+    if not 0 <= rank < grid.world:
+        raise TraceError(f"rank {rank} is not in the {grid.world}-rank job")
+    if axis == "edp":
+        return grid.group_of("edp", rank)
+    c = grid.coords(rank)
+    if axis == "dp":
+        return tuple(sorted(grid.rank(tp=c["tp"], cp=cp, dp=dp, pp=c["pp"])
+                            for cp in range(grid.cp) for dp in range(grid.dp)))
+    if axis == "emb":
+        ends = sorted({0, grid.pp - 1})
+        return tuple(grid.rank(tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=pp) for pp in ends)
+    raise TraceError(f"grad_group: axis {axis!r} is not 'dp', 'edp' or 'emb'")
+
+
 def embedding_sync(cfg: LLMConfig) -> CommSpec | None:
     """Tied embeddings with pp > 1: the first and last stage all-reduce the word-embedding grads (vocab-parallel:
     vocab x hidden / tp of them) after the pipeline flush (Megatron-Core `_allreduce_word_embedding_grads`)."""
