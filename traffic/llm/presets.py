@@ -19,10 +19,11 @@ GPT3_175B = LLMConfig(
 
 LLAMA3_70B = LLMConfig(
     name="llama3-70b",
-    # Llama 3 paper (Dubey et al. 2024), Table 3; layout: NeMo's llama3_70b pre-training recipe (TP4 PP4 VP5 CP2)
+    # Llama 3 paper (Dubey et al. 2024), Table 3; layout: NeMo's llama3_70b pre-training recipe (TP4 PP4 CP2), without
+    # its 5 virtual stages (parallel.virtual_stages=5 interleaves them)
     model=Model(layers=80, hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8, vocab=128256, seq_len=8192,
                 gated_ffn=True, tied_embeddings=False),
-    parallel=Parallel(tp=4, cp=2, pp=4, dp=32, virtual_stages=5, sequence_parallel=True, zero=1),
+    parallel=Parallel(tp=4, cp=2, pp=4, dp=32, sequence_parallel=True, zero=1),
     micro_batch=1, global_batch=512,
     compute=Compute(gpu="h100"),
 )
