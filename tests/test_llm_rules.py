@@ -148,6 +148,16 @@ def test_buckets_close_once_full_in_backward_order_and_the_last_is_smaller():
     assert all(b.size_bytes == b.params * 4 for b in buckets)
 
 
+def test_without_model_parallelism_the_buckets_hold_every_parameter_once():
+    # tp 1, ep 1: a rank holds whole layers, so the stages' buckets add up to total_params (model.py counts them
+    # its own way), plus the last stage's copy of the tied embedding (vocab x hidden)
+    cfg = tiny(tp=1, dp=4)
+    held = sum(b.params for stage in (0, 1) for b in rules.dp_buckets(cfg, stage))
+    assert held == model.total_params(cfg) + 1000 * 64
+    moe = moe_job(ep=1)
+    assert sum(b.params for b in rules.dp_buckets(moe, 0)) == model.total_params(moe)
+
+
 def test_zero1_reduce_scatters_the_buckets_and_all_gathers_bf16_params_in_forward_order():
     cfg = tiny(bucket_params=10000, zero=1)
     buckets = rules.dp_buckets(cfg, 1)
