@@ -65,6 +65,7 @@ def test_overrides_set_dotted_keys_and_name_the_job_by_its_spec():
     # values are YAML scalars: floats and booleans
     cfg = load_config("llama3-70b,stragglers.jitter_cv=0.05,parallel.overlap_grad_reduce=false")
     assert cfg.stragglers.jitter_cv == 0.05 and cfg.parallel.overlap_grad_reduce is False
+    assert load_config("llama3-70b,stragglers.jitter_cv=5e-2").stragglers.jitter_cv == 0.05  # YAML 1.1: a string
 
 
 def test_a_preset_written_as_yaml_loads_back_the_same(tmp_path):

@@ -148,6 +148,16 @@ def test_buckets_close_once_full_in_backward_order_and_the_last_is_smaller():
     assert all(b.size_bytes == b.params * 4 for b in buckets)
 
 
+def test_without_model_parallelism_the_buckets_hold_every_parameter_once():
+    # tp 1, ep 1: a rank holds whole layers, so the stages' buckets add up to total_params (model.py counts them
+    # its own way), plus the last stage's copy of the tied embedding (vocab x hidden)
+    cfg = tiny(tp=1, dp=4)
+    held = sum(b.params for stage in (0, 1) for b in rules.dp_buckets(cfg, stage))
+    assert held == model.total_params(cfg) + 1000 * 64
+    moe = moe_job(ep=1)
+    assert sum(b.params for b in rules.dp_buckets(moe, 0)) == model.total_params(moe)
+
+
 def test_zero1_reduce_scatters_the_buckets_and_all_gathers_bf16_params_in_forward_order():
     cfg = tiny(bucket_params=10000, zero=1)
     buckets = rules.dp_buckets(cfg, 1)
@@ -159,6 +169,12 @@ def test_zero1_reduce_scatters_the_buckets_and_all_gathers_bf16_params_in_forwar
     assert rules.param_gathers(tiny(), 1) == []
 
 
+def test_interleaved_stage_has_a_buffer_per_chunk_the_last_chunk_ready_first():
+    buckets = rules.dp_buckets(tiny(virtual_stages=2), 0)
+    # stage 0 holds chunk 0 = layer 0 (+ the embedding) and chunk 1 = layer 2; chunk 1's backward ends first
+    assert [(b.first_layer, b.last_layer, b.params) for b in buckets] == [(2, 2, LAYER), (-1, 0, LAYER + EMB + POS)]
+
+
 def test_zero3_gathers_each_layer_before_forward_and_backward():
     cfg = tiny(zero=3)
     buckets = rules.dp_buckets(cfg, 0)
@@ -167,6 +183,18 @@ def test_zero3_gathers_each_layer_before_forward_and_backward():
     gathers = rules.param_gathers(cfg, 0)
     assert [(g.layer, g.size_bytes) for g in gathers] == [
         (-1, (EMB + POS) * 2), (0, LAYER * 2), (1, LAYER * 2), (1, LAYER * 2), (0, LAYER * 2), (-1, (EMB + POS) * 2)]
+
+
+def test_grad_groups_span_dp_and_cp_and_the_embedding_ends():
+    cfg = parse_config({**TINY, "parallel": {"tp": 2, "cp": 2, "dp": 2, "pp": 2}})
+    # rank = tp + 2 (cp + 2 (dp + 2 pp)): rank 1 is tp 1, cp 0, dp 0, pp 0
+    assert rules.grad_group(cfg, "dp", 1) == (1, 3, 5, 7)  # cp in {0, 1} x dp in {0, 1}
+    assert rules.grad_group(cfg, "dp", 9) == (9, 11, 13, 15)  # the same on stage 1
+    assert rules.grad_group(cfg, "emb", 3) == (3, 11)  # tp 1, cp 1, dp 0 on stages 0 and 1
+    assert rules.grad_group(tiny(), "dp", 0) == (0, 2)  # no cp: the plain dp group
+    assert rules.grad_group(moe_job(), "edp", 0) == moe_job().grid.group_of("edp", 0) == (0, 4)
+    with pytest.raises(TraceError, match="axis 'tp'"):
+        rules.grad_group(cfg, "tp", 0)
 
 
 # ---- expert parallelism ----------------------------------------------------------------------------------

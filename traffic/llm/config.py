@@ -9,6 +9,7 @@ preset, key, file or field.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +60,15 @@ def load_config(spec: str) -> LLMConfig:
             value = yaml.safe_load(text)
         except yaml.YAMLError:
             raise TraceError(f"llm:{spec}: override {key}: {text!r} is not a YAML value") from None
+        if isinstance(value, str) and _FLOAT.fullmatch(value):
+            value = float(value)  # YAML 1.1 reads "5e-2" as a string
         _set(data, key, value, spec)
     if overrides and not any(i.partition("=")[0].strip() == "name" for i in overrides):
         data["name"] = spec
     return parse_config(data, f"llm:{spec}")
+
+
+_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def _split(spec: str) -> list[str]:

@@ -1,8 +1,8 @@
 """Parameter counts, FLOPs and compute time of a transformer training step, from its shape (pure).
 
-FLOPs count the matrix multiplications only (2 per multiply-add), as Narayanan et al. (SC'21, section
-5.1) do: per token and layer forward, 2 x the layer's matrix parameters touched (attention projections
-with GQA, the MLP's 2 or 3 matrices, for MoE the top_k experts' and the shared experts' MLPs and the
+FLOPs count the matrix multiplications only (2 per multiply-add), as Narayanan et al. (SC'21, section 5.1
+and appendix) do: per token and layer forward, 2 x the layer's matrix parameters touched (attention
+projections with GQA, the MLP's 2 or 3 matrices, for MoE the top_k experts' and the shared experts' MLPs and the
 router) plus the attention scores and values, 2 x 2 x seq_len x hidden (causal masking NOT halved,
 as Narayanan et al. count it). Backward is 2 x forward; full recompute runs the forward again,
 selective recompute the attention core (scores and values) again. The output layer (logits) is

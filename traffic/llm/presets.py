@@ -19,21 +19,23 @@ GPT3_175B = LLMConfig(
 
 LLAMA3_70B = LLMConfig(
     name="llama3-70b",
-    # Llama 3 paper (Dubey et al. 2024), Table 3; layout: NeMo's llama3_70b pre-training recipe (TP4 PP4 VP5 CP2)
+    # Llama 3 paper (Dubey et al. 2024), Table 3; layout: NeMo's llama3_70b pre-training recipe (TP4 PP4 CP2), without
+    # its 5 virtual stages (parallel.virtual_stages=5 interleaves them)
     model=Model(layers=80, hidden=8192, ffn_hidden=28672, heads=64, kv_heads=8, vocab=128256, seq_len=8192,
                 gated_ffn=True, tied_embeddings=False),
-    parallel=Parallel(tp=4, cp=2, pp=4, dp=32, virtual_stages=5, sequence_parallel=True, zero=1),
+    parallel=Parallel(tp=4, cp=2, pp=4, dp=32, sequence_parallel=True, zero=1),
     micro_batch=1, global_batch=512,
     compute=Compute(gpu="h100"),
 )
 
 LLAMA3_405B = LLMConfig(
     name="llama3-405b",
-    # Llama 3 paper, Table 3. 126 layers split evenly into 2 power-of-two stages only: TP8 CP2 PP2 and FSDP (ZeRO-3)
-    # to fit the 25e9 parameters of a stage shard (our choice; Meta ran TP8 CP1/2 PP16 with uneven first/last stages)
+    # Llama 3 paper, Table 3. 126 layers split evenly into 2 power-of-two stages only: TP8 CP2 PP2 (our choice; Meta
+    # ran TP8 PP16 with uneven first/last stages); grads and optimizer state sharded (ZeRO-2, as Meta describes) and
+    # full recompute, to fit the 25e9 parameters (50 GB bf16) a GPU holds
     model=Model(layers=126, hidden=16384, ffn_hidden=53248, heads=128, kv_heads=8, vocab=128256, seq_len=8192,
                 gated_ffn=True, tied_embeddings=False),
-    parallel=Parallel(tp=8, cp=2, pp=2, dp=32, sequence_parallel=True, zero=3),
+    parallel=Parallel(tp=8, cp=2, pp=2, dp=32, sequence_parallel=True, zero=2),
     micro_batch=1, global_batch=512,
     compute=Compute(gpu="h100", recompute="full"),
 )

@@ -10,6 +10,7 @@ says where each rule comes from.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 import numpy as np
 
 from traffic.llm.model import Pass, stage_layers
@@ -129,11 +130,16 @@ def ep_rank_shares(cfg: LLMConfig, layer: int) -> list[float]:
         raise TraceError(f"{cfg.name}: a dense model has no expert routing")
     if moe.routing_skew == 0:
         return [1.0 / ep] * ep
-    rng = np.random.default_rng([moe.seed, layer])
-    ranks = rng.permutation(moe.experts)
-    weights = 1.0 / (ranks + 1.0) ** moe.routing_skew
+    return list(_skewed_shares(moe.experts, ep, moe.routing_skew, moe.seed, layer))
+
+
+@lru_cache(maxsize=4096)
+def _skewed_shares(experts: int, ep: int, skew: float, seed: int, layer: int) -> tuple[float, ...]:
+    rng = np.random.default_rng([seed, layer])
+    ranks = rng.permutation(experts)
+    weights = 1.0 / (ranks + 1.0) ** skew
     weights /= weights.sum()
-    return [float(x) for x in weights.reshape(ep, moe.experts // ep).sum(axis=1)]
+    return tuple(float(x) for x in weights.reshape(ep, experts // ep).sum(axis=1))
 
 
 def ep_comms(cfg: LLMConfig, layer: int, pass_: Pass, ep_rank: int | None = None) -> list[CommSpec]:
@@ -300,6 +306,25 @@ def param_gathers(cfg: LLMConfig, stage: int) -> list[CommSpec]:
                       f"parameters of layers {b.first_layer}..{b.last_layer}, before their backward", b.first_layer)
              for b in buckets]
     return gather + again
+
+
+def grad_group(cfg: LLMConfig, axis: str, rank: int) -> tuple[int, ...]:
+    """The ranks `rank` reduces a bucket or the embedding with, ascending: "dp" is Megatron's data-parallel group
+    with context parallelism (the dp x cp ranks sharing tp and pp coordinates; the plain dp group with cp 1),
+    "edp" the expert grid's, "emb" the first- and last-stage ranks sharing tp, cp and dp coordinates."""
+    grid = cfg.grid
+    if not 0 <= rank < grid.world:
+        raise TraceError(f"rank {rank} is not in the {grid.world}-rank job")
+    if axis == "edp":
+        return grid.group_of("edp", rank)
+    c = grid.coords(rank)
+    if axis == "dp":
+        return tuple(sorted(grid.rank(tp=c["tp"], cp=cp, dp=dp, pp=c["pp"])
+                            for cp in range(grid.cp) for dp in range(grid.dp)))
+    if axis == "emb":
+        ends = sorted({0, grid.pp - 1})
+        return tuple(grid.rank(tp=c["tp"], cp=c["cp"], dp=c["dp"], pp=pp) for pp in ends)
+    raise TraceError(f"grad_group: axis {axis!r} is not 'dp', 'edp' or 'emb'")
 
 
 def embedding_sync(cfg: LLMConfig) -> CommSpec | None:
