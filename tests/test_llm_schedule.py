@@ -210,3 +210,36 @@ def test_running_one_tp_rank_per_group_gives_every_ranks_full_timeline(kw, monke
     for a, b in zip(short[0], full[0]):
         assert a.rank == b.rank
         assert a.steps == b.steps  # compute, durations and every collective (group, start, duration) equal
+
+
+def test_skewed_all_to_all_lasts_as_long_as_its_largest_send_buffer():
+    cfg = tiny(**VARIANTS[2])  # ep 2 inside one server (NVLink 3600 Gbit/s), routing_skew 1
+    wl = build_workload(cfg)
+    by_call: dict[tuple, list] = defaultdict(list)
+    for rt in wl.ranks:
+        k: dict[tuple, int] = defaultdict(int)
+        for c in rt.steps[0].collectives:
+            if c.kind == "all_to_all":
+                by_call[(c.group_ranks, k[c.group_ranks])].append(c)
+                k[c.group_ranks] += 1
+    assert by_call
+    skewed = 0
+    for (group, _), calls in by_call.items():
+        assert len(calls) == len(group) == 2
+        sizes = [c.size_bytes * c.count for c in calls]
+        skewed += len(set(sizes)) > 1
+        want = max(sizes) * (2 - 1) / 2 * 8 / 3600e9 * 1e6  # all-to-all busbw factor (n-1)/n
+        for c in calls:
+            assert c.duration_us == pytest.approx(want, rel=1e-9)
+    assert skewed  # the skew made the EP ranks' buffers differ somewhere
+
+
+def test_training_info():
+    cfg = tiny(pp=2, layers=4, m=2)
+    info = build_workload(cfg).training
+    assert info is not None
+    assert info.tokens_per_step == 2 * 1024 and info.world_size == 2 and info.peak_flops_per_gpu == H100_PEAK
+    assert info.mfu(1e6) == pytest.approx(info.model_flops_per_step / (1.0 * 2 * H100_PEAK))
+    assert "h100" in info.summary()
+    with pytest.raises(TraceError, match="step time"):
+        info.mfu(0.0)

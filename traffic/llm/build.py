@@ -28,7 +28,8 @@ def build_workload(cfg: LLMConfig) -> Workload:
         return hit
     ranks, step_us = schedule.rank_traces(cfg)
     par = cfg.parallel
-    notes = (f"generated: Megatron 1F1B, tp {par.tp} cp {par.cp} pp {par.pp} dp {par.dp} ep {par.ep}, "
+    kind = f"interleaved 1F1B ({par.virtual_stages} chunks per stage)" if par.virtual_stages > 1 else "1F1B"
+    notes = (f"generated: Megatron {kind}, tp {par.tp} cp {par.cp} pp {par.pp} dp {par.dp} ep {par.ep}, "
              f"{cfg.micro_batches} micro-batches of {cfg.micro_batch}",
              "timings: the generator's nominal schedule (collectives at size x busbw factor / "
              f"{cfg.nic_gbps:g} Gbit/s NIC or {cfg.nvlink_gbps:g} Gbit/s NVLink, no latency)")
@@ -68,7 +69,8 @@ def describe(cfg: LLMConfig) -> str:
         ("compute", f"per micro-batch on one GPU: forward {prog[0].forward_us:.0f} us, backward "
                     f"{prog[0].backward_us:.0f} us (stage 0); last stage {prog[-1].forward_us:.0f} + "
                     f"{prog[-1].backward_us:.0f} us"),
-        ("bubble", f"(pp - 1) / m = {(par.pp - 1) / m:.3f}"),
+        ("bubble", f"(pp - 1) / m = {(par.pp - 1) / m:.3f}" if par.virtual_stages == 1 else
+                   f"(pp - 1) / (m x virtual_stages) = {(par.pp - 1) / (m * par.virtual_stages):.3f}"),
         ("p2p", f"{rules.pp_p2p_bytes(cfg)} bytes per activation per TP rank"),
     ]
     for axis, b in sorted(bytes_per_axis(wl).items()):
