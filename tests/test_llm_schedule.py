@@ -243,3 +243,18 @@ def test_training_info():
     assert "h100" in info.summary()
     with pytest.raises(TraceError, match="step time"):
         info.mfu(0.0)
+
+
+def test_describe_lines():
+    from traffic.llm import describe
+
+    cfg = tiny(pp=2, layers=4, m=4)
+    text = describe(cfg)
+    lines = dict((ln[:15].strip(), ln[15:]) for ln in text.splitlines())
+    assert lines["bubble"] == "(pp - 1) / m = 0.250"  # 1 / 4
+    step_us = max(r.steps[0].duration_us for r in build_workload(cfg).ranks)
+    assert lines["step"].startswith(f"{step_us / 1e3:.2f} ms nominal")
+    widths = {len(ln) - len(ln[15:].lstrip()) for ln in text.splitlines()}
+    assert widths == {15}  # every value starts in one column ("compute model" + 2 spaces)
+    inter = describe(tiny(pp=2, layers=8, m=4, virtual_stages=2))
+    assert "(pp - 1) / (m x virtual_stages) = 0.125" in inter  # 1 / (4 x 2)
