@@ -445,7 +445,8 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
         if waiting[r] == 0 and i > 0:  # resumed after a block or the wait
             prev = ops[i - 1]
             if prev[0] == _BLOCK:
-                t = max(t, max(insts[(slots[r][c[0]], c[1])][3] for c in prev[1]))
+                t = max([t] + [insts[(slots[r][c[0]], c[1])][3] for c in prev[1]
+                               if len(groups.tuples[slots[r][c[0]]]) > 1])
         mrow = rows[r]
         while i < n_ops:
             code, payload = ops[i]
