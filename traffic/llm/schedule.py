@@ -44,7 +44,10 @@ HBM_BYTES_PER_S = {"a100": 2.039e12, "h100": 3.35e12, "h200": 4.8e12, "b200": 8.
 #: (4 x 4), writes master, m, v (3 x 4) and the bf16 copy (2).
 ADAM_BYTES_PER_PARAM = 30
 
-# ops of a program: (op code, payload); collectives are templates (slot, occ, kind, size, count, dtype, name)
+# ops of a program: (code, payload). _COMPUTE (us, micro-batch or -1, tag); _BLOCK / _ASYNC a tuple of collective
+# templates (slot, identity, kind, size, count, dtype, name) that compute waits for / does not wait for; _WAIT: wait
+# for every asynchronous one. A slot names the rank's group ("tp", "dp", "pp_next", ...); the identity (the k-th on
+# its slot, or a message's own name) is the same on every member.
 _COMPUTE, _BLOCK, _ASYNC, _WAIT = 0, 1, 2, 3
 _STREAM = {"pp_prev": "pp", "pp_next": "pp", "pp_wrap": "pp"}
 
@@ -56,7 +59,7 @@ class StageProgram:
     stage: int
     ops: tuple[tuple[int, Any], ...]
     passes: tuple[str, ...]  # its compute's micro-batch passes "F0", "B0", ... in program order
-    forward_us: float  # compute of one micro-batch's forward on one GPU, before stragglers
+    forward_us: float  # compute of one micro-batch's forward (all chunks) on one GPU, before stragglers
     backward_us: float
 
 
