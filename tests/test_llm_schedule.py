@@ -8,7 +8,7 @@ import pytest
 from fabriclab.cli import main
 from traffic import metrics
 from traffic.llm import build_workload, model, rules, schedule
-from traffic.llm.config import Compute, LLMConfig, MoE, Model, Parallel
+from traffic.llm.config import Compute, LLMConfig, MoE, Model, Parallel, Stragglers
 from traffic.workload import TraceError
 
 H100_PEAK = 989e12
@@ -16,12 +16,14 @@ H100_HBM = 3.35e12
 
 
 def tiny(tp: int = 1, pp: int = 2, dp: int = 1, layers: int = 4, m: int = 2, tied: bool = False,
-         gpus_per_server: int = 8, moe: MoE | None = None, **par: object) -> LLMConfig:
+         gpus_per_server: int = 8, moe: MoE | None = None, steps: int = 1, stragglers: Stragglers | None = None,
+         **par: object) -> LLMConfig:
     return LLMConfig(
         name="tiny", model=Model(layers=layers, hidden=1024, ffn_hidden=4096, heads=16, kv_heads=16, vocab=32768,
                                  seq_len=1024, gated_ffn=False, tied_embeddings=tied, moe=moe),
         parallel=Parallel(tp=tp, pp=pp, dp=dp, **par), micro_batch=1, global_batch=m * dp,
-        gpus_per_server=gpus_per_server, compute=Compute(gpu="h100", kernel_efficiency=0.5, recompute="none"))
+        gpus_per_server=gpus_per_server, compute=Compute(gpu="h100", kernel_efficiency=0.5, recompute="none"),
+        steps=steps, stragglers=stragglers or Stragglers())
 
 
 def test_1f1b_order_pp4_m8():
@@ -143,18 +145,21 @@ def _flat(pairs):
 
 
 @pytest.mark.parametrize("kw", [dict(tp=2, pp=2, dp=2, m=3, tied=True),
-                                dict(tp=1, pp=4, dp=2, layers=8, m=6, overlap_grad_reduce=False)] + VARIANTS)
+                                dict(tp=1, pp=4, dp=2, layers=8, m=6, overlap_grad_reduce=False),
+                                dict(tp=2, pp=4, dp=2, layers=8, m=6, steps=2,
+                                     stragglers=Stragglers(jitter_cv=0.2, jitter_per="microbatch", slow_ranks=[3]))]
+                         + VARIANTS)
 def test_composing_with_the_recorded_durations_gives_the_recorded_timeline(kw):
     wl = build_workload(tiny(**kw))
     for rt in wl.ranks:
-        step = rt.steps[0]
-        tl = metrics.compose_step(step)
-        assert _flat(tl.compute) == pytest.approx(_flat(step.compute))
-        assert _flat(tl.collectives) == pytest.approx(_flat((c.start_us, c.end_us) for c in step.collectives))
-        assert tl.end_us == pytest.approx(step.duration_us)
-        times = metrics.step_times(tl)
-        metrics.check_step_identity(times, tolerance_us=1e-3)
-        assert times.step_us == pytest.approx(step.duration_us)
+        for step in rt.steps:
+            tl = metrics.compose_step(step)
+            assert _flat(tl.compute) == pytest.approx(_flat(step.compute))
+            assert _flat(tl.collectives) == pytest.approx(_flat((c.start_us, c.end_us) for c in step.collectives))
+            assert tl.end_us == pytest.approx(step.duration_us)
+            times = metrics.step_times(tl)
+            metrics.check_step_identity(times, tolerance_us=1e-3)
+            assert times.step_us == pytest.approx(step.duration_us)
 
 
 def test_interleaved_order_pp2_v2_m4():
