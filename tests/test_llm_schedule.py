@@ -203,7 +203,7 @@ def test_cli_workload_llm_and_trace_show_run(capsys):
     assert "1024 in the trace" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("kw", VARIANTS[:3])
+@pytest.mark.parametrize("kw", [VARIANTS[0], VARIANTS[2]])
 def test_running_one_tp_rank_per_group_gives_every_ranks_full_timeline(kw, monkeypatch):
     cfg = tiny(**kw)
     mult = schedule.compute_multipliers(cfg)

@@ -27,6 +27,7 @@ Every step starts for all ranks when the slowest rank ended the previous one.
 from __future__ import annotations
 
 from collections import deque
+from heapq import heappop, heappush
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -367,7 +368,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
     waiting = [0] * world  # 0 running, 1 blocked on a batch, 2 on the asynchronous ones
     compute: list[list[list[float]]] = [[] for _ in range(world)]
     records: list[list] = [[] for _ in range(world)]
-    ready = sim[::-1]
+    ready = [(t0, r) for r in sim]  # (clock, rank): ranks advance earliest first, so issues come in time order
 
     def start(key: tuple[int, object]) -> None:
         todo = [key]
@@ -393,14 +394,14 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
                         wait_left[mem] -= 1
                         if wait_left[mem] == 0 and waiting[mem] == 1:
                             waiting[mem] = 0
-                            ready.append(mem)
+                            heappush(ready, (max(end, clock[mem]), mem))
                     else:
                         async_open[mem] -= 1
                         if end > async_end[mem]:
                             async_end[mem] = end
                         if async_open[mem] == 0 and waiting[mem] == 2:
                             waiting[mem] = 0
-                            ready.append(mem)
+                            heappush(ready, (max(async_end[mem], clock[mem]), mem))
                 if fifo:
                     for mem in members:
                         q = queues[(mem, stream)]
@@ -440,7 +441,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
             start(key)
 
     while ready:
-        r = ready.pop()
+        r = heappop(ready)[1]
         ops = programs[r].ops
         n_ops = len(ops)
         i = pc[r]
@@ -464,6 +465,9 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
                         iv.append([t, end])
                     t = end
                 i += 1
+                if ready and t > ready[0][0]:  # let the ranks behind catch up before issuing more
+                    heappush(ready, (t, r))
+                    break
             elif code == _BLOCK:
                 i += 1
                 for c in payload:
@@ -512,10 +516,15 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
 
 def _tp_symmetric(cfg: LLMConfig, mult: np.ndarray) -> bool:
     """Whether the ranks of every TP group run the same timeline, so that one of them stands for all: the same
-    compute, no expert group across TP ranks (etp = tp, or no EP), and groups shifted by a TP offset staying
-    inside or across servers as they were (tp divides the server or the server divides tp)."""
+    compute, no expert group across TP ranks (etp = tp, or no EP), groups shifted by a TP offset staying
+    inside or across servers as they were (tp divides the server or the server divides tp), and no stream whose
+    order depends on the order ranks are run in."""
     par, g = cfg.parallel, cfg.gpus_per_server
     if par.tp == 1 or (par.ep > 1 and par.expert_tp != par.tp) or (g % par.tp and par.tp % g):
+        return False
+    if par.virtual_stages > 1 or par.zero == 3:
+        # streams there are shared by transfers that start in the order the ranks get to them (interleaved
+        # point-to-point, FSDP gathers next to buckets): running fewer ranks would change that order
         return False
     by_group = mult.reshape(mult.shape[0], -1, par.tp, mult.shape[2])
     return bool((by_group == by_group[:, :, :1, :]).all())
