@@ -21,6 +21,7 @@ Nominal timeline: a collective starts when every member has issued it and its st
 (NCCL: the slowest member gates it; asynchronous ones keep their issue order on a stream) and lasts
 size x count x busbw_factor x 8 / bandwidth, the bandwidth being `nvlink_gbps` for a group inside one
 server (rank // gpus_per_server) and `nic_gbps` otherwise; no latency term, no contention between groups.
+Ranks are advanced earliest clock first, so collectives are issued in time order.
 Stragglers scale a rank's compute (`compute_multipliers`); the optimizer is memory-bound and not scaled.
 Every step starts for all ranks when the slowest rank ended the previous one.
 """
