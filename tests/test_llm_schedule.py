@@ -263,3 +263,38 @@ def test_describe_lines():
     assert widths == {15}  # every value starts in one column ("compute model" + 2 spaces)
     inter = describe(tiny(pp=2, layers=8, m=4, virtual_stages=2))
     assert "(pp - 1) / (m x virtual_stages) = 0.125" in inter  # 1 / (4 x 2)
+
+
+def test_interleaved_nominal_step_pp2_v2_m2_by_hand():
+    """pp 2, 2 chunks of one layer per stage, 2 micro-batches (= pp: all forwards first), stages on two servers.
+    Every transfer is between the same two ranks, so they all take turns on the one "pp" stream; a pass waits
+    for its input and sends its output without waiting; two transfers ready at once go in the issuing rank's
+    program order (its send before its next receive)."""
+    cfg = tiny(pp=2, layers=4, m=2, virtual_stages=2, gpus_per_server=1)
+    tokens = 1024
+
+    def us(flops: float) -> float:
+        return flops / (H100_PEAK * 0.5) * 1e6
+
+    f = us(model.layer_flops(cfg, 0, tokens, "fwd"))
+    b = us(model.layer_flops(cfg, 0, tokens, "bwd"))
+    assert all(us(model.layer_flops(cfg, i, tokens, "fwd")) == f for i in range(4))
+    hf, hb = us(model.head_flops(cfg, tokens, "fwd")), us(model.head_flops(cfg, tokens, "bwd"))
+    p = 1024 * 1024 * 2 * 8 / 400e9 * 1e6
+    assert f > p and hb > p  # the order of the ties below
+    h, vocab, seq = 1024, 32768, 1024
+    opt0 = 30 * (vocab * h + seq * h + model.layer_params(cfg, 0) + model.layer_params(cfg, 2)) / H100_HBM * 1e6
+    opt1 = 30 * (model.layer_params(cfg, 1) + model.layer_params(cfg, 3) + 2 * h + vocab * h) / H100_HBM * 1e6
+    # both stages: F(c0,0) F(c0,1) F(c1,0) F(c1,1) B(c1,0) B(c1,1) B(c0,0) B(c0,1); s1 chunk 1 has the output layer
+    # s0 F00 [0,f] -> a(c0,0) [f, f+p]; s1 F00 ends 2f+p; wrap a(c1,0) [2f+p, 2f+2p], then a(c0,1) to 2f+3p
+    # s0 F10 [2f+2p, 3f+2p]; s1 F01 [2f+3p, 3f+3p]; wrap a(c1,1) [3f+3p, 3f+4p], a(c1,0) to 3f+5p
+    # s0 F11 [3f+4p, 4f+4p]; s1 F10 ends 4f+5p+hf, a(c1,1) to 4f+6p+hf; F11, B10 on s1:
+    t = 5 * f + 6 * p + 2 * hf + b + hb            # s1 sends g(c1,0): [t, t+p]; s1 B11 ends t+b+hb
+    r = t + b + hb                                 # s0 B10 ended t+p+b < r: g(c1,1) [r, r+p], wrap g(c0,0) to r+2p
+    # s0 B11 [r+p, r+p+b]; s1 B00 [r+2p, r+2p+b]; g(c0,0) [r+2p+b, r+3p+b], wrap g(c0,1) to r+4p+b
+    # s0 B00 [r+3p+b, r+3p+2b]; s1 B01 [r+4p+b, r+4p+2b], g(c0,1) [r+4p+2b, r+5p+2b]; s0 B01 after it
+    end0 = r + 5 * p + 3 * b + opt0
+    end1 = r + 5 * p + 2 * b + opt1
+    wl = build_workload(cfg)
+    assert wl.ranks[0].steps[0].duration_us == pytest.approx(end0, rel=1e-9)
+    assert wl.ranks[1].steps[0].duration_us == pytest.approx(end1, rel=1e-9)
