@@ -32,7 +32,8 @@ def build_workload(cfg: LLMConfig) -> Workload:
     notes = (f"generated: Megatron {kind}, tp {par.tp} cp {par.cp} pp {par.pp} dp {par.dp} ep {par.ep}, "
              f"{cfg.micro_batches} micro-batches of {cfg.micro_batch}",
              "timings: the generator's nominal schedule (collectives at size x busbw factor / "
-             f"{cfg.nic_gbps:g} Gbit/s NIC or {cfg.nvlink_gbps:g} Gbit/s NVLink, no latency)")
+             f"{cfg.nic_gbps:g} Gbit/s NIC or {cfg.nvlink_gbps:g} Gbit/s NVLink, no latency): "
+             f"step {max(step_us) / 1e3:.2f} ms (the slowest rank{', slowest step' if len(step_us) > 1 else ''})")
     wl = Workload(name=cfg.name, source=f"llm:{cfg.name}", format="llm", world_size=cfg.world_size, ranks=ranks,
                   timed=True, notes=notes, training=training_info(cfg))
     _CACHE.clear()
