@@ -298,3 +298,12 @@ def test_interleaved_nominal_step_pp2_v2_m2_by_hand():
     wl = build_workload(cfg)
     assert wl.ranks[0].steps[0].duration_us == pytest.approx(end0, rel=1e-9)
     assert wl.ranks[1].steps[0].duration_us == pytest.approx(end1, rel=1e-9)
+
+
+def test_describe_groups_line():
+    from traffic.llm import describe
+
+    # tp 2 x pp 2 x dp 2 on servers of 2: tp groups (0,1), (2,3), ... inside; dp (0,2) and pp (0,4) across
+    text = describe(tiny(tp=2, pp=2, dp=2, layers=4, m=2, gpus_per_server=2))
+    line = next(ln for ln in text.splitlines() if ln.startswith("groups"))
+    assert line[15:] == "tp 4 x 2 (NVLink), dp 4 x 2 (network), pp 4 x 2 (network)"

@@ -49,6 +49,23 @@ def bytes_per_axis(wl: Workload, rank: int = 0) -> dict[str, int]:
     return out
 
 
+def _groups_line(cfg: LLMConfig) -> str:
+    """Per parallel axis of size > 1: groups x ranks, and whether they sit inside one server (NVLink)."""
+    grid, g = cfg.grid, cfg.gpus_per_server
+    sizes = {"tp": grid.tp, "cp": grid.cp, "dp": grid.dp, "pp": grid.pp, "ep": grid.ep, "edp": grid.edp}
+    if cfg.model.moe is None:
+        del sizes["ep"], sizes["edp"]
+    parts = []
+    for axis, n in sizes.items():
+        if n == 1:
+            continue
+        groups = grid.groups(axis)
+        inside = sum(grp[0] // g == grp[-1] // g for grp in groups)
+        where = "NVLink" if inside == len(groups) else "network" if inside == 0 else f"{inside} inside a server"
+        parts.append(f"{axis} {len(groups)} x {n} ({where})")
+    return ", ".join(parts) or "one rank"
+
+
 def describe(cfg: LLMConfig) -> str:
     """Multi-line "key   value" summary: model, parallelism, micro-batches, compute, bubble, bytes, step time, MFU."""
     par, mdl = cfg.parallel, cfg.model
@@ -65,6 +82,7 @@ def describe(cfg: LLMConfig) -> str:
         ("world", f"{cfg.world_size} GPUs ({-(-cfg.world_size // cfg.gpus_per_server)} servers of "
                   f"{cfg.gpus_per_server}): tp {par.tp} cp {par.cp} pp {par.pp} dp {par.dp} ep {par.ep}"
                   + (f" etp {par.etp}" if par.etp is not None else "") + f", zero {par.zero}"),
+        ("groups", _groups_line(cfg)),
         ("batch", f"global {cfg.global_batch} = {m} micro-batches of {cfg.micro_batch} x dp {par.dp}; "
                   f"{info.tokens_per_step} tokens per step"),
         ("compute", f"per micro-batch on one GPU: forward {prog[0].forward_us:.0f} us, backward "
