@@ -110,4 +110,10 @@ def test_multipliers_seeded_and_per_microbatch():
     draws[:, 2, :] *= 1.5
     assert np.allclose(a, draws)
     other = schedule.compute_multipliers(dp_job(4, steps=3, jitter_cv=0.2, jitter_per="step", seed=11))
-    assert np.allclose(other[:, :, 0], other[:, :, 1])  # one draw per (rank, step)
+    assert other.shape == (3, 4, 1)  # one draw per (rank, step)
+    assert np.allclose(other[:, :, 0], rng_draws(11, (3, 4, 1), 0.2)[:, :, 0])
+
+
+def rng_draws(seed, shape, cv):
+    s2 = math.log1p(cv ** 2)
+    return np.random.default_rng(seed).lognormal(-s2 / 2, math.sqrt(s2), size=shape)

@@ -323,8 +323,8 @@ class _Groups:
 
 
 def compute_multipliers(cfg: LLMConfig) -> np.ndarray:
-    """Per (step, rank, micro-batch) compute multipliers: lognormal jitter of mean 1 and CV `jitter_cv`
-    (sigma^2 = ln(1 + cv^2), mu = -sigma^2 / 2), drawn per (rank, step) or per (rank, step, micro-batch) from
+    """Compute multipliers, shape (steps, ranks, micro-batches) with `jitter_per: microbatch`, else (steps, ranks,
+    1): lognormal jitter of mean 1 and CV `jitter_cv` (sigma^2 = ln(1 + cv^2), mu = -sigma^2 / 2) drawn from
     numpy's Generator(seed), times `slow_factor` on `slow_ranks` and the ranks of `slow_servers`."""
     st, world, m = cfg.stragglers, cfg.world_size, cfg.micro_batches
     base = np.ones(world)
@@ -337,11 +337,11 @@ def compute_multipliers(cfg: LLMConfig) -> np.ndarray:
         if not 0 <= s < servers:
             raise TraceError(f"{cfg.name}: stragglers.slow_servers: server {s} is not in the job's {servers} servers")
         base[s * cfg.gpus_per_server:(s + 1) * cfg.gpus_per_server] *= st.slow_factor
-    out = np.broadcast_to(base[None, :, None], (cfg.steps, world, m)).copy()
+    shape = (cfg.steps, world, m if st.jitter_per == "microbatch" else 1)
+    out = np.broadcast_to(base[None, :, None], shape).copy()
     if st.jitter_cv > 0:
         rng = np.random.default_rng(st.seed)
         sigma2 = np.log1p(st.jitter_cv ** 2)
-        shape = (cfg.steps, world, m if st.jitter_per == "microbatch" else 1)
         out *= rng.lognormal(-sigma2 / 2, np.sqrt(sigma2), size=shape)
     return out
 
@@ -357,6 +357,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
     multipliers per micro-batch; `members_of`: per group, its members among `sim`."""
     world = cfg.world_size
     rows = mult.tolist()
+    per_mb = mult.shape[-1] > 1
     # (gid, identity) -> [members left to issue, last issue, start, end, gid, stream, duration, [(member, blocks)], fifo]
     insts: dict[tuple[int, object], list] = {}
     queues: dict[tuple[int, str], deque] = {}
@@ -458,7 +459,7 @@ def simulate_step(cfg: LLMConfig, programs: list[StageProgram], groups: _Groups,
             if code == _COMPUTE:
                 us, mb, _ = payload
                 if us > 0:
-                    end = t + us * (mrow[mb] if mb >= 0 else 1.0)
+                    end = t + us * (mrow[mb if per_mb else 0] if mb >= 0 else 1.0)
                     iv = compute[r]
                     if iv and iv[-1][1] == t:
                         iv[-1][1] = end
