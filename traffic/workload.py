@@ -115,6 +115,32 @@ class RankTrace:
 
 
 @dataclass(frozen=True)
+class TrainingInfo:
+    """What a generated training step computes, for MFU (model FLOPs utilisation): the model's FLOPs per step
+    (forward + backward, no recomputation) over the job's peak FLOP/s for the step's time."""
+
+    model: str
+    gpu: str  # "a100", "h100", ...
+    peak_flops_per_gpu: float  # dense bf16 FLOP/s
+    kernel_efficiency: float  # achieved / peak FLOP/s of the compute model's kernels
+    world_size: int
+    model_flops_per_step: float  # whole job
+    tokens_per_step: int
+    compute_model: str  # one line: how compute times were made
+
+    def mfu(self, step_us: float) -> float:
+        """model FLOPs per step / (step time x world size x peak FLOP/s per GPU)."""
+        if not step_us > 0:
+            raise TraceError(f"{self.model}: MFU needs a step time > 0, got {step_us} us")
+        return self.model_flops_per_step / (step_us * 1e-6 * self.world_size * self.peak_flops_per_gpu)
+
+    def summary(self) -> str:
+        return (f"{self.model}: {self.model_flops_per_step:.3e} model FLOPs and {self.tokens_per_step} tokens per "
+                f"step on {self.world_size} x {self.gpu} ({self.peak_flops_per_gpu / 1e12:g} TFLOP/s peak, kernel "
+                f"efficiency {self.kernel_efficiency:g}); {self.compute_model}")
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str  # e.g. the file's stem
     source: str  # the path it was read from
@@ -123,6 +149,7 @@ class Workload:
     ranks: tuple[RankTrace, ...]  # the ranks the trace covers (one for a single-rank trace)
     timed: bool  # whether steps carry the trace's own timings
     notes: tuple[str, ...] = field(default=())  # what the parser assumed or could not know
+    training: TrainingInfo | None = None  # a generated training step's model FLOPs, for MFU (None for traces)
 
     @property
     def steps(self) -> int:
