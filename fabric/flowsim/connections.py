@@ -28,6 +28,7 @@ import numpy as np
 
 from fabric.flowsim.maxmin import FlowSimError, IntArray
 from fabric.model import Fabric, NicPort
+from fabric.analysis import edge_order
 from fabric.routing.entropy import EPHEMERAL_BASE, EntropyPlan, pair_sport
 
 PORT_RULES = ("planned", "hashed")
@@ -186,7 +187,11 @@ def plan_connection_table(fabric: Fabric, entropy: EntropyPlan, pair_keys: IntAr
     pair_ptr = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)]).astype(np.intp)
     which = np.repeat(np.arange(keys.size), counts)
     if ports == "planned":
-        index = np.asarray([h.index for h in fabric.hosts], dtype=np.int64)
+        # a host's place in edge-switch order, not its index: the rule counts on through the hosts of a
+        # leaf, and on a rail-wired fabric a leaf's hosts are every G-th index (GPU g of each server), so
+        # counting by index would put all of a leaf's flows to one peer leaf on the same few uplinks
+        order = {name: i for i, name in enumerate(edge_order(fabric))}
+        index = np.asarray([order[h.name] for h in fabric.hosts], dtype=np.int64)
         sport = planned_sports(entropy, index[sender[which]], index[receiver[which]], channel, channels)
     else:
         sport = _hashed_sports(src_nic.size, channels, seed)

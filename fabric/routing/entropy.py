@@ -102,7 +102,9 @@ class EntropyPlan:
 
 def pair_sport(entropy: EntropyPlan, src_index: int, dst_index: int, channel: int, channels: int) -> int:
     """The planned source port of connection `channel` (of `channels`) from host `src_index` to host
-    `dst_index` (the replay's planned ports and the simulator's use this one rule).
+    `dst_index` (the replay's planned ports and the simulator's use this one rule). The indices are the
+    hosts' places in edge-switch order (`fabric.analysis.edge_order`: the host index on server-wired
+    fabrics; on rail-wired ones the hosts of a leaf are counted together, as the rule needs).
 
     With w = channels x (src_index + dst_index) + channel, the slot at the lowest deciding tier is
     w mod its slots, at the next tier (w // f0) mod its slots, then (w // (f0 x f1)) mod ..., where

@@ -5,9 +5,9 @@ on its agents).
 - **Calls**: the workload's collectives in replay order, one `Call` per collective per step per
   repetition. A multi-rank trace's collectives are matched across ranks by process group and order
   (NCCL issues a communicator's collectives in the same order on every rank). A call may start once
-  (a) the previous call on its stream has ended and (b) every call that had ended before it started in
-  the recording has ended, so collectives run concurrently exactly where the trace has them
-  concurrent; a trace without timings runs them one after the other. Calls of a later step wait for
+  (a) on each of its ranks, the previous call on its stream has ended and (b) every call of its ranks
+  that had ended before it started in the recording has ended, so collectives run concurrently exactly
+  where the trace has them concurrent (`_call_deps`); a trace without timings runs them one after the other. Calls of a later step wait for
   all calls of earlier steps.
 - **Templates**: each distinct (kind, size, ranks) becomes one transfer DAG (`traffic.collectives`,
   as arrays), by rank at real sizes; the placement puts ranks on hosts, and transfers between ranks on
@@ -36,6 +36,7 @@ on its agents).
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
@@ -252,22 +253,46 @@ def _global_calls(workload: Workload) -> list[list[tuple[Collective, list[tuple[
     return out
 
 
-def _call_deps(step_calls: list[tuple[Collective, list[tuple[int, int]]]], base: int, timed: bool,
-               previous_step: list[int]) -> list[tuple[int, ...]]:
+def _call_deps(step_calls: list[tuple[Collective, list[tuple[int, int]]]], timed: bool) -> list[tuple[int, ...]]:
+    """Per call of a step (by position), the positions of the calls in the step it waits for: on each of its
+    ranks, the rank's previous call on the same stream and, in a timed trace, on each of the rank's other
+    streams the last call that had ended before it started (calls on one rank's stream run one after the
+    other, so the earlier ones are implied). A trace without timings runs its calls one after the other.
+
+    Dependencies go through the ranks a call has: a call of other ranks that ended before it started is
+    not waited for unless a chain of calls over shared ranks leads to it (that is how one rank's progress
+    reaches another's in a job). Linear in the calls' members: 10^5 calls of a 1,024-rank step plan in
+    seconds (every call against every earlier one was quadratic)."""
     deps: list[tuple[int, ...]] = []
-    last_on_stream: dict[str, int] = {}
-    for i, (c, _) in enumerate(step_calls):
-        d = set(previous_step)
-        if c.stream in last_on_stream:
-            d.add(last_on_stream[c.stream])
+    # (rank, stream) -> (running maximum of the recorded ends, positions), in the stream's order
+    chain: dict[tuple[int, str], tuple[list[float], list[int]]] = {}
+    streams: dict[int, list[str]] = defaultdict(list)
+    for i, (c, members) in enumerate(step_calls):
+        d: set[int] = set()
         if not timed:
             if i:
-                d.add(base + i - 1)
-        elif c.start_us is not None:
-            for j, (o, _) in enumerate(step_calls[:i]):
-                if o.end_us is not None and o.end_us <= c.start_us:
-                    d.add(base + j)
-        last_on_stream[c.stream] = base + i
+                d.add(i - 1)
+        start = c.start_us
+        for r, _ in members:
+            mine = chain.get((r, c.stream))
+            if mine is not None:
+                d.add(mine[1][-1])
+            if timed and start is not None:
+                for st in streams[r]:
+                    if st == c.stream:
+                        continue
+                    ends, pos = chain[(r, st)]
+                    k = bisect.bisect_right(ends, start)
+                    if k:
+                        d.add(pos[k - 1])
+        end = c.end_us if c.end_us is not None else math.inf
+        for r, _ in members:
+            mine = chain.get((r, c.stream))
+            if mine is None:
+                mine = chain[(r, c.stream)] = ([], [])
+                streams[r].append(c.stream)
+            mine[0].append(max(end, mine[0][-1]) if mine[0] else end)
+            mine[1].append(i)
         deps.append(tuple(sorted(d)))
     return deps
 
@@ -401,17 +426,22 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
         raise ReplayError(str(exc)) from None
 
     calls: list[Call] = []
-    previous: list[int] = []  # a step waits for every call of the step before (across repetitions too)
+    # a step waits for every call of the step before (across repetitions too): its calls that wait for no call
+    # of their own step wait for the calls of the step before that no call there waited for (every other call
+    # of that step is an ancestor of one of those)
+    previous: list[int] = []
     for rep in range(options.repeat):
         for s, scalls in enumerate(step_calls):
-            base = len(calls)
-            deps = _call_deps(scalls, 0, workload.timed, [])  # by position in the step
+            deps = _call_deps(scalls, workload.timed)  # by position in the step
             number = workload.ranks[0].steps[s].number if s < len(workload.ranks[0].steps) else s
             last: list[int] = []  # per position: its last call (a count > 1 collective across the fabric has many)
+            waited = [False] * len(scalls)
             for (c, members), cdeps in zip(scalls, deps):
                 tkey = (c.kind, c.size_bytes, c.group_ranks, lanes[c.stream])
                 tid = keys[tkey]
-                first = tuple(sorted({*previous, *(last[j] for j in cdeps)}))
+                for j in cdeps:
+                    waited[j] = True
+                first = tuple(sorted(last[j] for j in cdeps)) if cdeps else tuple(previous)
                 if templates[tid].local_us is not None or c.count == 1:
                     calls.append(Call(len(calls), tid, number, s, rep, c.stream, first, c, tuple(members), c.count))
                 else:
@@ -419,7 +449,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                         calls.append(Call(len(calls), tid, number, s, rep, c.stream,
                                           first if k == 0 else (len(calls) - 1,), c, tuple(members)))
                 last.append(len(calls) - 1)
-            previous = list(range(base, len(calls)))
+            if scalls:
+                previous = sorted(last[j] for j in range(len(scalls)) if not waited[j])
     if not calls:
         raise ReplayError(f"{workload.source}: no collectives to replay")
     if not workload.timed:
