@@ -101,3 +101,7 @@ def rate_problem(rate_gbps: float, name: str = "rate_gbps") -> str | None:
         return (f"{name} {rate:g} is outside {MIN_RATE_GBPS:g}..{MAX_RATE_GBPS:g} Gbit/s "
                 "(1 Mbit/s to 100 Tbit/s, fabric.limits)")
     return None
+
+#: Every shaped port's HTB burst in the emulation (`fabric.emulation.plan`): a transfer of about this size
+#: leaves at the veth's speed, not at the shaped rate.
+HTB_BURST_BYTES = 15 * 1024

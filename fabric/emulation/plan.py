@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fabric.errors import EmulationError, UnsupportedError
+from fabric.limits import HTB_BURST_BYTES
 from fabric.model import Fabric, intf_name
 
 #: Mininet's HTB wrapper ignores rates above this (with only a log line); we refuse them instead.
@@ -114,7 +115,7 @@ def tc_batch(fabric: Fabric, opts: EmulationOptions, host: str | None) -> str:
             dev = intf_name(end.node, end.port)
             mbps = link_mbps(link.rate_gbps, opts)
             lines.append(f"qdisc replace dev {dev} root handle 5: htb default 1")
-            lines.append(f"class add dev {dev} parent 5: classid 5:1 htb rate {mbps:g}mbit burst 15k quantum 1514")
+            lines.append(f"class add dev {dev} parent 5: classid 5:1 htb rate {mbps:g}mbit burst {HTB_BURST_BYTES // 1024}k quantum 1514")
             if opts.delay_us > 0 or opts.loss_pct > 0:
                 netem = f"delay {opts.delay_us:g}us " if opts.delay_us > 0 else ""
                 netem += f"loss {opts.loss_pct:g}%" if opts.loss_pct > 0 else ""
@@ -161,7 +162,7 @@ def gray_commands(dev: str, mbps: float, loss: float, had_loss: bool, sink: str)
     if not mbps > 0:
         raise EmulationError(f"a degraded link needs a rate > 0 Mbit/s, got {mbps!r}")
     cmds = [["tc", "class", "change", "dev", dev, "parent", "5:", "classid", "5:1", "htb", "rate", f"{mbps:g}mbit",
-             "burst", "15k", "quantum", "1514"]]
+             "burst", f"{HTB_BURST_BYTES // 1024}k", "quantum", "1514"]]
     if loss > 0:
         cmds.append(["tc", "qdisc", "replace", "dev", dev, "clsact"])
         cmds.append(["tc", "filter", "replace", "dev", dev, "egress", "pref", "1", "handle", "1", "bpf",

@@ -46,6 +46,7 @@ from typing import Sequence
 import numpy as np
 
 from fabric.errors import FabriclabError
+from fabric.limits import HTB_BURST_BYTES
 from fabric.flowsim.connections import Connection, ConnectionTable, pair_key, plan_connection_table
 from fabric.flowsim.maxmin import FlowSimError, IntArray
 from fabric.model import Fabric
@@ -417,6 +418,9 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
         templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
                                   dags[d], lane, local_us))
         pair_keys.append(pair_key(n_hosts, a, b, lane))
+    small = _small_transfers_note(step_calls, dags, dag_of, host_pairs, bytes_scale, dilation)
+    if small:
+        notes.append(small)
     # connections for every host pair with data on a lane, `channels` per shared plane: the one rule
     # (`fabric.flowsim.connections`), for both backends
     try:
@@ -466,6 +470,38 @@ def _rank_hosts(dag: TransferColumns, placement: Placement, pos: dict[str, int])
     for r in dag.ranks:
         rank_host[r] = pos[placement.host(r)]
     return rank_host[dag.src], rank_host[dag.dst]
+
+
+def _small_transfers_note(step_calls: list[list[tuple[Collective, list[tuple[int, int]]]]],
+                          dags: Sequence[TransferColumns], dag_of: dict[tuple[str, int, tuple[int, ...]], int],
+                          host_pairs: Sequence[tuple[IntArray, IntArray, IntArray]], bytes_scale: float,
+                          dilation: float) -> str | None:
+    """A note (emulation only: it begins with "dilation") naming the collective kinds whose network
+    transfers are all under two HTB bursts once scaled: they leave at the veth's speed, so those
+    collectives come out faster than the links allow; the dilation that makes them two bursts is named."""
+    floor = 2 * HTB_BURST_BYTES
+    calls: dict[str, list[int]] = {}  # kind -> [calls with network transfers, calls with only small ones]
+    largest_small: dict[str, float] = {}
+    for scalls in step_calls:
+        for c, _ in scalls:
+            d = dag_of[(c.kind, c.size_bytes, c.group_ranks)]
+            sizes = dags[d].size_bytes[host_pairs[d][2]]
+            if not sizes.size:
+                continue
+            n = calls.setdefault(c.kind, [0, 0])
+            n[0] += 1
+            top = float(sizes.max()) * bytes_scale
+            if 0 < top < floor:
+                n[1] += 1
+                largest_small[c.kind] = max(largest_small.get(c.kind, 0.0), top)
+    small = {k: v for k, v in calls.items() if v[1]}
+    if not small:
+        return None
+    kinds = ", ".join(f"{k} {v[1]} of {v[0]} (--dilation {dilation * floor / largest_small[k]:.3g} makes them "
+                      f"{floor // 1024} kB)" for k, v in small.items())
+    return (f"dilation {dilation:.4g}: calls whose network transfers are all under {floor // 1024} kB emulated "
+            f"(two of the link shaper's {HTB_BURST_BYTES // 1024} kB bursts; they leave faster than the link "
+            f"rate, so their bandwidth reads high): {kinds}")
 
 
 def _host_pairs(dag: TransferColumns, placement: Placement, pos: dict[str, int],
