@@ -109,7 +109,7 @@ def main() -> int:
         table.add_row(r["row"], str(r["gpus"]), f"{r['paper_share']:.0%}", f"{r['paper_mfu']:.1%}",
                       f"{r['nominal_mfu']:.1%}", f"{r['sim_mfu']:.1%}" if r.get("sim_mfu") is not None else "-",
                       f"{r['sim_comm_share']:.1%}" if r.get("sim_comm_share") is not None else "-")
-    Console().print(table)
+    Console(width=200).print(table)
     return 0
 
 

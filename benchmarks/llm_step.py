@@ -100,7 +100,7 @@ def main() -> int:
                       f"{r['step_mean_us'] / 1e3:.1f} ms" if r["step_mean_us"] else "-",
                       f"{r['comm_share']:.1%}" if r["comm_share"] is not None else "-",
                       f"{r['mfu']:.1%}" if r["mfu"] is not None else "-", f"{r['peak_rss_mb']:.0f} MB", r["target"])
-    Console().print(table)
+    Console(width=200).print(table)
     return 0
 
 
