@@ -93,3 +93,45 @@ def test_an_aicb_file_reads_into_the_workload_of_the_equivalent_config(tmp_path)
         assert groups_of(from_csv, rank) == groups_of(generated, rank), rank
     # rank 5 = (tp_i 1, dp_i 0, pp_i 1): tp (4, 5), dp (5, 7), its pipeline and tied embedding (1, 5)
     assert groups_of(generated, 5) == {"tp": {(4, 5)}, "dp": {(5, 7)}, "pp": {(1, 5)}, "emb": {(1, 5)}}
+
+
+# --- a measured profile in place of the stated kernel efficiency ------------------------------------------------------
+
+def _kineto_profile(path: Path, compute_us: list[float], rank: int = 0) -> Path:
+    """A CPU-only Kineto trace of one rank: per step a marker, one compute op `compute_us` long and a small
+    all-reduce after it."""
+    import json
+
+    events, t = [], 1000.0
+    for k, c in enumerate(compute_us):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{k}", "pid": 1, "tid": 10,
+                       "ts": t, "dur": c + 100.0, "args": {}})
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 10, "ts": t + 50.0, "dur": c,
+                       "args": {}})
+        events.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 20,
+                       "ts": t + 60.0 + c, "dur": 20.0, "args": {"Input Dims": [[250]], "Input type": ["float"]}})
+        t += c + 1000.0
+    path.write_text(json.dumps({"distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 8},
+                                "traceEvents": events}))
+    return path
+
+
+def test_a_measured_profile_sets_the_kernel_efficiency(tmp_path):
+    import pytest
+
+    from traffic.workload import TraceError
+
+    stated = build_workload(load_config(SPEC)).ranks[0].steps[0].compute_us  # at the stated 0.5: a scale only
+    measured = 3.0 * stated  # the profile's rank 0 computes 3x as long per step (the median of its 3 steps)
+    prof = _kineto_profile(tmp_path / "rank0.json", [0.9 * measured, measured, 1.2 * measured])
+    w = build_workload(load_config(f"{SPEC},compute.profile={prof}"))
+    # the defining property: the generated step's compute on the profiled rank is the profile's
+    assert w.ranks[0].steps[0].compute_us == pytest.approx(measured, rel=1e-9)
+    assert w.training is not None and w.training.kernel_efficiency < 0.5 / 2
+    assert any(str(prof) in n and "kernel efficiency" in n for n in w.notes)
+    # a profile faster than the GPU's peak allows for this job's FLOPs is not of this job
+    fast = _kineto_profile(tmp_path / "fast.json", [stated / 10])
+    with pytest.raises(TraceError, match="faster than this job's FLOPs allow"):
+        build_workload(load_config(f"{SPEC},compute.profile={fast}"))
+    with pytest.raises(TraceError, match="profile_rank 9"):
+        build_workload(load_config(f"{SPEC},compute.profile={prof},compute.profile_rank=9"))

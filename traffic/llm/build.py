@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from traffic.llm import model, rules, schedule
 from traffic.llm.config import LLMConfig
-from traffic.workload import TrainingInfo, Workload
+from traffic.llm.schema import Stragglers
+from traffic.workload import TraceError, TrainingInfo, Workload
 
 _CACHE: dict[str, Workload] = {}  # the last config's workload: `workload llm` describes and shows the same build
 
@@ -19,13 +20,53 @@ def training_info(cfg: LLMConfig) -> TrainingInfo:
                        "bandwidth); collectives nominal size x busbw factor / link rate, no latency"))
 
 
+def measured_efficiency(cfg: LLMConfig) -> tuple[float, str]:
+    """The kernel efficiency at which the generated step's compute on `compute.profile_rank` equals the
+    compute its profile measured (the median over the profile's steps of that rank's compute time), and a
+    note saying so. Stragglers are left out of the comparison (they scale compute on purpose)."""
+    from traffic.traces import load
+
+    c = cfg.compute
+    assert c.profile is not None
+    if c.profile_rank >= cfg.world_size:
+        raise TraceError(f"compute.profile_rank {c.profile_rank}: the job has {cfg.world_size} ranks")
+    recorded = load(c.profile)
+    trace = next((r for r in recorded.ranks if r.rank == c.profile_rank), recorded.ranks[0] if len(recorded.ranks) == 1
+                 else None)
+    if trace is None or not trace.steps:
+        raise TraceError(f"compute.profile {c.profile}: no steps of rank {c.profile_rank} in it")
+    measured = sorted(s.compute_us for s in trace.steps)[len(trace.steps) // 2]
+    if not measured > 0:
+        raise TraceError(f"compute.profile {c.profile}: rank {c.profile_rank}'s steps record no compute")
+    plain = cfg.model_copy(update={"compute": c.model_copy(update={"profile": None}), "stragglers": Stragglers(),
+                                   "steps": 1})
+    ranks, _ = schedule.rank_traces(plain)
+    modelled = next(r for r in ranks if r.rank == c.profile_rank).steps[0].compute_us
+    optimizer = schedule.optimizer_us(plain, plain.grid.coords(c.profile_rank)["pp"])
+    kernels_at_peak = (modelled - optimizer) * c.kernel_efficiency  # what the kernels take at 100% of peak
+    eff = kernels_at_peak / max(measured - optimizer, 1e-9)
+    if not 0 < eff <= 1:
+        raise TraceError(f"compute.profile {c.profile}: rank {c.profile_rank} computes {measured / 1e3:.3g} ms per step, "
+                         f"faster than this job's FLOPs allow at the {c.gpu}'s peak ({kernels_at_peak / 1e3:.3g} ms): "
+                         "not a profile of this job (model, parallelism, micro-batches) on this GPU")
+    return eff, (f"compute: kernel efficiency {eff:.3g} measured from {c.profile} (rank {c.profile_rank}: "
+                 f"{measured / 1e3:.4g} ms of compute per step, median of {len(trace.steps)} step(s)), in place of "
+                 f"the stated {c.kernel_efficiency:g}")
+
+
 def build_workload(cfg: LLMConfig) -> Workload:
     """The job's `cfg.steps` training steps on all `world_size` ranks, timed by the nominal schedule
-    (`traffic.llm.schedule`), format "llm", with `training` for MFU."""
+    (`traffic.llm.schedule`), format "llm", with `training` for MFU. With `compute.profile`, the kernel
+    efficiency is measured from it first (`measured_efficiency`)."""
     key = cfg.model_dump_json()
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
+    measured_note: tuple[str, ...] = ()
+    if cfg.compute.profile is not None:
+        eff, note = measured_efficiency(cfg)
+        cfg = cfg.model_copy(update={"compute": cfg.compute.model_copy(update={"kernel_efficiency": eff})})
+        measured_note = (note,)
     ranks, step_us = schedule.rank_traces(cfg)
     par = cfg.parallel
     kind = f"interleaved 1F1B ({par.virtual_stages} chunks per stage)" if par.virtual_stages > 1 else "1F1B"
@@ -33,7 +74,8 @@ def build_workload(cfg: LLMConfig) -> Workload:
              f"{cfg.micro_batches} micro-batches of {cfg.micro_batch}",
              "timings: the generator's nominal schedule (collectives at size x busbw factor / "
              f"{cfg.nic_gbps:g} Gbit/s NIC or {cfg.nvlink_gbps:g} Gbit/s NVLink, no latency): "
-             f"step {max(step_us) / 1e3:.2f} ms (the slowest rank{', slowest step' if len(step_us) > 1 else ''})")
+             f"step {max(step_us) / 1e3:.2f} ms (the slowest rank{', slowest step' if len(step_us) > 1 else ''})",
+             *measured_note)
     wl = Workload(name=cfg.name, source=f"llm:{cfg.name}", format="llm", world_size=cfg.world_size, ranks=ranks,
                   timed=True, notes=notes, training=training_info(cfg))
     _CACHE.clear()

@@ -104,6 +104,10 @@ class Compute(_Record):
     # kernels' share of peak while they run (docs/workloads.md: "compute model" says why 0.5)
     kernel_efficiency: float = Field(default=0.5, gt=0, le=1)
     recompute: Literal["none", "selective", "full"] = "none"
+    # a measured trace of this job (any format `traffic.traces.load` reads: Kineto, Chakra, an AICB log with
+    # computation rows): the kernel efficiency is then measured from it, not assumed (docs/workloads.md)
+    profile: str | None = None
+    profile_rank: int = Field(default=0, ge=0)  # the job's rank the profile recorded
 
 
 class Stragglers(_Record):
