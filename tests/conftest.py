@@ -61,3 +61,15 @@ def replayed(workload, label, fabric, routing, options, out_dir=None, during=Non
     from fabriclab.backends import Emulated, run_workload
 
     return run_workload(workload, label, fabric, routing, options, Emulated(during=during), out_dir=out_dir).result
+
+
+def cli_refuses(capsys, path, *named):
+    """`fabriclab trace show PATH` exits 2 with a one-line error naming the file and each of `named`."""
+    from fabriclab.cli import main
+
+    code = main(["trace", "show", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(f"fabriclab: error: {path}") and "Traceback" not in err
+    for text in named:
+        assert text in err, (text, err)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fabriclab.cli import main
+from tests.conftest import cli_refuses
 from traffic.traces import detect_format, load, summarize
 from traffic.workload import MAX_COLLECTIVE_BYTES, TraceError
 
@@ -186,13 +187,7 @@ def test_big_job_is_fast(tmp_path: Path) -> None:
 # --- hostile input: TraceError naming file:line and the field, exit 2 from the CLI -------------------------------
 
 def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: list[str], *named: str) -> None:
-    path = write(tmp_path, lines)
-    code = main(["trace", "show", str(path)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.startswith(f"fabriclab: error: {path}") and "Traceback" not in err
-    for text in named:
-        assert text in err, (text, err)
+    cli_refuses(capsys, write(tmp_path, lines), *named)
 
 
 @pytest.mark.parametrize(("bad", "named"), [

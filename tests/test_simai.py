@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fabriclab.cli import main
+from tests.conftest import cli_refuses
 from traffic.traces import detect_format, load
 from traffic.workload import MAX_COLLECTIVE_BYTES, TraceError
 
@@ -85,13 +85,7 @@ def test_world_size_overrides_all_gpus(tmp_path: Path) -> None:
 # --- hostile input ------------------------------------------------------------------------------------------------
 
 def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], lines: list[str], *named: str) -> None:
-    path = write(tmp_path, lines)
-    code = main(["trace", "show", str(path)])
-    err = capsys.readouterr().err
-    assert code == 2, err
-    assert err.startswith(f"fabriclab: error: {path}") and "Traceback" not in err
-    for text in named:
-        assert text in err, (text, err)
+    cli_refuses(capsys, write(tmp_path, lines), *named)
 
 
 @pytest.mark.parametrize(("bad", "named"), [
