@@ -150,12 +150,13 @@ def cmd_workload_llm(args: argparse.Namespace) -> int:
     `trace show` prints it; `--write FILE` keeps the resolved config as YAML (to edit and pass back)."""
     import yaml
 
-    from traffic.llm import build_workload, describe, load_config
+    from traffic.llm import describe, load_config
+    from traffic.traces import llm_workload
 
     config = load_config(args.spec)
     if args.write:
         Path(args.write).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
-    workload = build_workload(config)
+    workload = llm_workload(config)
     reach = []
     if args.topology:
         from traffic.placement import resolve_placement
@@ -164,7 +165,7 @@ def cmd_workload_llm(args: argparse.Namespace) -> int:
         fab = topofile.load(args.topology)
         reach = group_reach(workload, fab, resolve_placement(fab, workload.world_size, args.placement))
     if not args.json:
-        print(describe(config))
+        print(describe(config, workload))
         if args.write:
             print(f"config       written to {args.write}")
         for r in reach:

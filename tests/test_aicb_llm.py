@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from traffic.llm import build_workload, load_config
-from traffic.traces import load
+from traffic.traces import llm_workload, load
 from traffic.traces.groups import by_group
 from traffic.workload import Workload
 
@@ -124,7 +124,7 @@ def test_a_measured_profile_sets_the_kernel_efficiency(tmp_path):
     stated = build_workload(load_config(SPEC)).ranks[0].steps[0].compute_us  # at the stated 0.5: a scale only
     measured = 3.0 * stated  # the profile's rank 0 computes 3x as long per step (the median of its 3 steps)
     prof = _kineto_profile(tmp_path / "rank0.json", [0.9 * measured, measured, 1.2 * measured])
-    w = build_workload(load_config(f"{SPEC},compute.profile={prof}"))
+    w = llm_workload(load_config(f"{SPEC},compute.profile={prof}"))
     # the defining property: the generated step's compute on the profiled rank is the profile's
     assert w.ranks[0].steps[0].compute_us == pytest.approx(measured, rel=1e-9)
     assert w.training is not None and w.training.kernel_efficiency < 0.5 / 2
@@ -132,6 +132,6 @@ def test_a_measured_profile_sets_the_kernel_efficiency(tmp_path):
     # a profile faster than the GPU's peak allows for this job's FLOPs is not of this job
     fast = _kineto_profile(tmp_path / "fast.json", [stated / 10])
     with pytest.raises(TraceError, match="faster than this job's FLOPs allow"):
-        build_workload(load_config(f"{SPEC},compute.profile={fast}"))
+        llm_workload(load_config(f"{SPEC},compute.profile={fast}"))
     with pytest.raises(TraceError, match="profile_rank 9"):
-        build_workload(load_config(f"{SPEC},compute.profile={prof},compute.profile_rank=9"))
+        llm_workload(load_config(f"{SPEC},compute.profile={prof},compute.profile_rank=9"))

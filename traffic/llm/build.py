@@ -20,17 +20,15 @@ def training_info(cfg: LLMConfig) -> TrainingInfo:
                        "bandwidth); collectives nominal size x busbw factor / link rate, no latency"))
 
 
-def measured_efficiency(cfg: LLMConfig) -> tuple[float, str]:
+def measured_efficiency(cfg: LLMConfig, recorded: Workload) -> tuple[float, str]:
     """The kernel efficiency at which the generated step's compute on `compute.profile_rank` equals the
-    compute its profile measured (the median over the profile's steps of that rank's compute time), and a
-    note saying so. Stragglers are left out of the comparison (they scale compute on purpose)."""
-    from traffic.traces import load
-
+    compute its profile `recorded` (the file `compute.profile` names, read by `traffic.traces.load`)
+    measured: the median over the profile's steps of that rank's compute time. Returns it and a note
+    saying so. Stragglers are left out of the comparison (they scale compute on purpose)."""
     c = cfg.compute
     assert c.profile is not None
     if c.profile_rank >= cfg.world_size:
         raise TraceError(f"compute.profile_rank {c.profile_rank}: the job has {cfg.world_size} ranks")
-    recorded = load(c.profile)
     trace = next((r for r in recorded.ranks if r.rank == c.profile_rank), recorded.ranks[0] if len(recorded.ranks) == 1
                  else None)
     if trace is None or not trace.steps:
@@ -54,17 +52,22 @@ def measured_efficiency(cfg: LLMConfig) -> tuple[float, str]:
                  f"the stated {c.kernel_efficiency:g}")
 
 
-def build_workload(cfg: LLMConfig) -> Workload:
+def build_workload(cfg: LLMConfig, profile: Workload | None = None) -> Workload:
     """The job's `cfg.steps` training steps on all `world_size` ranks, timed by the nominal schedule
     (`traffic.llm.schedule`), format "llm", with `training` for MFU. With `compute.profile`, the kernel
-    efficiency is measured from it first (`measured_efficiency`)."""
+    efficiency is measured first (`measured_efficiency`) from `profile`, that file as read by
+    `traffic.traces.load` (which reads it: `traffic.traces.llm_workload`, `load("llm:...")`)."""
+    if cfg.compute.profile is not None and profile is None:
+        raise TraceError(f"compute.profile {cfg.compute.profile}: build_workload needs the profile read "
+                         "(traffic.traces.llm_workload reads it)")
     key = cfg.model_dump_json()
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
     measured_note: tuple[str, ...] = ()
     if cfg.compute.profile is not None:
-        eff, note = measured_efficiency(cfg)
+        assert profile is not None
+        eff, note = measured_efficiency(cfg, profile)
         cfg = cfg.model_copy(update={"compute": cfg.compute.model_copy(update={"kernel_efficiency": eff})})
         measured_note = (note,)
     ranks, step_us = schedule.rank_traces(cfg)
@@ -108,14 +111,16 @@ def _groups_line(cfg: LLMConfig) -> str:
     return ", ".join(parts) or "one rank"
 
 
-def describe(cfg: LLMConfig) -> str:
-    """Multi-line "key   value" summary: model, parallelism, micro-batches, compute, bubble, bytes, step time, MFU."""
+def describe(cfg: LLMConfig, wl: Workload | None = None) -> str:
+    """Multi-line "key   value" summary: model, parallelism, micro-batches, compute, bubble, bytes, step time, MFU,
+    of `wl`, the config's built workload (built here when not given)."""
     par, mdl = cfg.parallel, cfg.model
-    wl = build_workload(cfg)
+    wl = wl if wl is not None else build_workload(cfg)
     info = wl.training
     assert info is not None
     step_us = max(s.duration_us or 0.0 for r in wl.ranks for s in r.steps[:1])
-    prog = [schedule.stage_program(cfg, s) for s in range(par.pp)]
+    timed = cfg.model_copy(update={"compute": cfg.compute.model_copy(update={"kernel_efficiency": info.kernel_efficiency})})
+    prog = [schedule.stage_program(timed, s) for s in range(par.pp)]  # at the efficiency the build used (measured?)
     m = cfg.micro_batches
     moe = "" if mdl.moe is None else f", MoE {mdl.moe.experts} experts top-{mdl.moe.top_k}"
     lines = [

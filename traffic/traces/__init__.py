@@ -12,12 +12,15 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from traffic.traces.aicb import HEADER_START as AICB_HEADER_START
 from traffic.traces.files import open_trace, read_error
 from traffic.traces.simai import POLICIES as SIMAI_POLICIES
 from traffic.workload import TraceError, Workload
+
+if TYPE_CHECKING:
+    from traffic.llm.config import LLMConfig
 
 __all__ = ["BUILTIN_RANKS", "BUILTIN_TRACE", "FORMATS", "TraceSummary", "default_ranks", "detect_format", "load",
            "summarize"]
@@ -100,6 +103,15 @@ def _looks_like_chakra(head: bytes) -> bool:
     return False
 
 
+def llm_workload(cfg: LLMConfig) -> Workload:
+    """The generated workload of an LLM config (`traffic.llm.build_workload`), with the trace its
+    `compute.profile` names read here first (the kernel efficiency is measured from it)."""
+    from traffic.llm import build_workload
+
+    profile = load(cfg.compute.profile) if cfg.compute.profile is not None else None
+    return build_workload(cfg, profile=profile)
+
+
 def load(path: str | Path, *, compute_gap_us: float | None = None,
          collectives_per_step: int | None = None, world_size: int | None = None) -> Workload:
     """Read a trace file, or a directory of per-rank trace files of one format, into a Workload.
@@ -117,8 +129,8 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
         if world_size is not None:
             raise TraceError(f"{path}: world_size applies to AICB and SimAI files only; a generated LLM step takes "
                              "its ranks from its config")
-        from traffic.llm import build_workload, load_config
-        return build_workload(load_config(path[len(LLM_PREFIX):]))
+        from traffic.llm import load_config
+        return llm_workload(load_config(path[len(LLM_PREFIX):]))
     p = Path(path)
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
