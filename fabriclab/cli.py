@@ -33,6 +33,7 @@ import threading
 
 from fabric import topofile
 from fabric.errors import FabriclabError
+from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US
 from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_record, cmd_replay,
                                 cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up,
@@ -76,10 +77,13 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
     """The simulator's own arguments (`sim` and `compare`; read by `_sim_options`)."""
-    p.add_argument("--per-transfer-us", type=float, default=0.0,
-                   help="fixed overhead per point-to-point transfer, real microseconds (default 0)")
-    p.add_argument("--per-hop-us", type=float, default=0.0,
-                   help="latency per link of a transfer's path, real microseconds (default 0)")
+    p.add_argument("--per-transfer-us", type=float, default=DEFAULT_PER_TRANSFER_US,
+                   help="fixed cost of one point-to-point transfer (a ring step), real microseconds (default "
+                        f"{DEFAULT_PER_TRANSFER_US:g}: with 4 hops, NCCL's per-network-step latency of its ring; "
+                        "0 and --per-hop-us 0: bandwidth only; sources in docs/simulator.md)")
+    p.add_argument("--per-hop-us", type=float, default=DEFAULT_PER_HOP_US,
+                   help="latency per link of a transfer's path, real microseconds (default "
+                        f"{DEFAULT_PER_HOP_US:g}: a 51.2T-class switch's port-to-port latency and 10 m of fibre)")
     p.add_argument("--forwarding", choices=["store-and-forward", "cut-through"], default="store-and-forward",
                    help="a transfer begins once those it depends on are delivered (store-and-forward, default), "
                         "or once they have begun, its bytes following theirs, as the replay's agents forward "

@@ -367,7 +367,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     def partial(rows: list[Any]) -> None:  # every finished row on disk at once: a stopped run keeps them
         cmp.write(rows, cmp.seed_check(rows), Path(args.out),
                   meta | {"complete": len(rows) == expected, "rows_expected": expected,
-                          "wall_s": time.monotonic() - t0})
+                          "wall_s": time.monotonic() - t0}, sim)
 
     with ProgressView("compare", quiet=args.json) as view:
         def shown(p: Any) -> None:
@@ -385,11 +385,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
                 signal.signal(signal.SIGTERM, previous)
     seed = cmp.seed_check(rows)
     paths = cmp.write(rows, seed, Path(args.out), meta | {"complete": True, "rows_expected": expected,
-                                                          "wall_s": time.monotonic() - t0})
+                                                          "wall_s": time.monotonic() - t0}, sim)
     if args.json:
         print(paths[0].read_text())
     else:
-        print(cmp.format_table(rows, seed))
+        print(cmp.format_table(rows, seed, sim))
         print(f"wrote        {', '.join(str(p) for p in paths)}")
     return 0
 

@@ -67,6 +67,14 @@ PROGRESS_POLL_S = 0.2
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def default_sim_options() -> SimOptions:
+    """The simulator's options of a comparison when none are given: the default latencies of
+    `fabric.latency` (as `fabriclab compare`'s `--per-transfer-us` and `--per-hop-us`)."""
+    from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US
+
+    return SimOptions(per_transfer_s=DEFAULT_PER_TRANSFER_US / 1e6, per_hop_s=DEFAULT_PER_HOP_US / 1e6)
+
+
 class CompareError(FabriclabError):
     """A comparison cannot be set up; the message names the offending item."""
 
@@ -275,7 +283,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     unknown = set(base_opts) - {f.name for f in dataclasses.fields(ReplayOptions)}
     if unknown:
         raise CompareError(f"unknown replay option(s): {', '.join(sorted(unknown))}")
-    sim_doc = dataclasses.asdict(sim or SimOptions())
+    sim_doc = dataclasses.asdict(sim or default_sim_options())
     if sim_doc["cut_through"] and lockstep == "on":
         raise CompareError("cut-through forwarding and lockstep exclude each other (lockstep waits for whole steps)")
     tasks: list[dict[str, Any]] = []
@@ -450,7 +458,16 @@ def _cell(key: str, v: Any) -> str:
     return str(v)
 
 
-def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = ()) -> str:
+def latency_note(sim: SimOptions) -> str:
+    """The latency a comparison's rows were simulated with, in words."""
+    if sim.per_transfer_s <= 0 and sim.per_hop_s <= 0:
+        return "latency: none (bandwidth only: --per-transfer-us 0 --per-hop-us 0)"
+    return (f"latency: {sim.per_transfer_s * 1e6:.3g} us per transfer and {sim.per_hop_s * 1e6:.3g} us per link of its "
+            "path (defaults: NCCL's per-network-step ring latency over a leaf-spine path, a 51.2T-class switch; "
+            "docs/simulator.md)")
+
+
+def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = (), sim: SimOptions | None = None) -> str:
     def cell(r: Row, k: str) -> str:
         return _cell(k, getattr(r, k)) + (" lockstep" if k == "algorithm" and r.lockstep else "")
 
@@ -462,6 +479,8 @@ def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = ()) -> st
     if any(r.lockstep for r in rows):
         lines.append("lockstep: each step of a collective waited for all of the step before (the simulator's "
                      "approximation at scale; a ring runs at its slowest hop's pace either way)")
+    if sim is not None:
+        lines.append(latency_note(sim))
     lines.append("scaling efficiency: 1 / mean step at N over the same at the series' smallest size (fixed batch "
                  "per GPU); hot links: share of busy fabric link-intervals above 90%; ECMP collisions: connections "
                  "sharing a port while an equal-cost port of the same switch carries none")
@@ -479,7 +498,8 @@ def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = ()) -> st
     return "\n".join(lines)
 
 
-def write(rows: Sequence[Row], seed: Sequence[dict[str, Any]], out_dir: Path, meta: dict[str, Any]) -> list[Path]:
+def write(rows: Sequence[Row], seed: Sequence[dict[str, Any]], out_dir: Path, meta: dict[str, Any],
+          sim: SimOptions | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "compare.json", out_dir / "compare.csv", out_dir / "compare.txt"]
     paths[0].write_text(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows], "seed": list(seed)},
@@ -489,5 +509,5 @@ def write(rows: Sequence[Row], seed: Sequence[dict[str, Any]], out_dir: Path, me
         w.writeheader()
         for r in rows:
             w.writerow(dataclasses.asdict(r))
-    paths[2].write_text(format_table(rows, seed) + "\n")
+    paths[2].write_text(format_table(rows, seed, sim) + "\n")
     return paths

@@ -75,8 +75,10 @@ def runs() -> dict[str, Any]:
     out["sim-pyramid-16-ecmp-hashed"] = strip(res.to_dict())
     with tempfile.TemporaryDirectory() as tmp:
         trace = _small_trace(Path(tmp) / "small.json")
+        # the bandwidth model alone (no latency: the default latency has its own hand-worked tests,
+        # tests/test_latency_model.py)
         code = main(["compare", str(trace), "--sizes", "128", "1024", "--jobs", "1", "--no-cache", "--json",
-                     "--out", str(Path(tmp) / "out")])
+                     "--per-transfer-us", "0", "--per-hop-us", "0", "--out", str(Path(tmp) / "out")])
         if code != 0:
             raise RuntimeError(f"compare exited {code}")
         out["compare-small-128-1024"] = strip(json.loads((Path(tmp) / "out" / "compare.json").read_text()))

@@ -260,6 +260,43 @@ def step_times(timeline: StepTimeline) -> StepTimes:
     return StepTimes(step_us=timeline.end_us, compute_us=compute_us, exposed_comm_us=exposed_us, idle_us=idle_us)
 
 
+def exposed_by_stream(timeline: StepTimeline, streams: Sequence[str]) -> dict[str, float]:
+    """The step's exposed communication (`step_times`) split by the stream each collective ran on
+    (`streams`, one per collective in the step's order: "dp", "pp", ... for generated LLM steps): an
+    instant with no compute and k streams in a collective counts 1/k to each, so the values sum to
+    the step's exposed communication."""
+    if len(streams) != len(timeline.collectives):
+        raise MetricError(f"{len(streams)} streams for {len(timeline.collectives)} collectives")
+    compute = merge_intervals(timeline.compute)
+    by_stream: dict[str, tuple[Interval, ...]] = {}
+    for stream, span in zip(streams, timeline.collectives):
+        by_stream[stream] = by_stream.get(stream, ()) + (span,)
+    merged = {k: merge_intervals(v) for k, v in by_stream.items()}
+    cuts = sorted({t for spans in merged.values() for span in spans for t in span}
+                  | {t for span in compute for t in span})
+    out = dict.fromkeys(merged, 0.0)
+    ci = 0
+    pos = dict.fromkeys(merged, 0)
+    for a, b in zip(cuts, cuts[1:]):
+        if b <= a:
+            continue
+        while ci < len(compute) and compute[ci][1] <= a:
+            ci += 1
+        if ci < len(compute) and compute[ci][0] <= a and b <= compute[ci][1]:
+            continue  # computing: nothing exposed
+        active = []
+        for k, spans in merged.items():
+            i = pos[k]
+            while i < len(spans) and spans[i][1] <= a:
+                i += 1
+            pos[k] = i
+            if i < len(spans) and spans[i][0] <= a and b <= spans[i][1]:
+                active.append(k)
+        for k in active:
+            out[k] += (b - a) / len(active)
+    return out
+
+
 def check_step_identity(times: StepTimes, tolerance_us: float = 1e-6) -> None:
     """Raise MetricError unless step = compute + exposed communication + idle within `tolerance_us`."""
     if abs(times.identity_residual_us) > tolerance_us:

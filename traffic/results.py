@@ -78,6 +78,8 @@ class StepResult:
     exposed_comm_us: float
     idle_us: float
     recorded_step_us: float | None  # the trace's own step time, where it has one
+    # the exposed communication split by stream (process group kind: "dp", "pp", ...; `metrics.exposed_by_stream`)
+    exposed_by_stream_us: dict[str, float] = field(default_factory=dict)
 
     @property
     def utilisation(self) -> float:

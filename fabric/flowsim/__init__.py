@@ -19,7 +19,8 @@ rates are max-min fair shares of the link capacities, recomputed at events only.
 
 The model in one line: fluid flows at fair shares on the policy's paths, forwarded store-and-forward or
 cut-through (`SimOptions.cut_through`); no packets, queues, TCP dynamics or path latency, except as the
-overhead parameters of `SimOptions` (0 by default).
+overhead parameters of `SimOptions` (0 by default here; `fabriclab sim` and `compare` default to
+`fabric.latency`'s).
 """
 from __future__ import annotations
 

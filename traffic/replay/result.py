@@ -49,12 +49,19 @@ def collective_results(plan: ReplayPlan, timings: RunTimings) -> list[Collective
     return out
 
 
-def _compose(step: Step, durations_us: list[float], timed: bool, gap_us: float) -> metrics.StepTimes:
+def _compose(step: Step, durations_us: list[float], timed: bool,
+             gap_us: float) -> tuple[metrics.StepTimes, dict[str, float]]:
+    """The step's times and its exposed communication by stream."""
+    streams = [c.stream for c in step.collectives]
     if timed and step.duration_us is not None:
-        return metrics.step_times(metrics.compose_step(step, durations_us))
+        timeline = metrics.compose_step(step, durations_us)
+        return metrics.step_times(timeline), metrics.exposed_by_stream(timeline, streams)
     comm = sum(durations_us)
     compute = gap_us * len(durations_us)
-    return metrics.StepTimes(compute + comm, compute, comm, 0.0)
+    by_stream: dict[str, float] = {}
+    for stream, d in zip(streams, durations_us):  # one after the other: every collective exposed
+        by_stream[stream] = by_stream.get(stream, 0.0) + d
+    return metrics.StepTimes(compute + comm, compute, comm, 0.0), by_stream
 
 
 def step_results(plan: ReplayPlan, colls: list[CollectiveResult]) -> list[StepResult]:
@@ -77,15 +84,14 @@ def step_results(plan: ReplayPlan, colls: list[CollectiveResult]) -> list[StepRe
                 step = rt.steps[s]
                 got = measured[(rep, s, rt.rank)]
                 durations = [got.get(i, c.duration_us or 0.0) for i, c in enumerate(step.collectives)]
-                times = _compose(step, durations, wl.timed, plan.options.compute_gap_us)
+                times, by_stream = _compose(step, durations, wl.timed, plan.options.compute_gap_us)
                 metrics.check_step_identity(times, tolerance_us=1e-3 * max(1.0, times.step_us))
                 rows.append(StepResult(step.number, rep, -1 if mapped else rt.rank, times.step_us, times.compute_us,
-                                       times.exposed_comm_us, times.idle_us, step.duration_us))
+                                       times.exposed_comm_us, times.idle_us, step.duration_us, by_stream))
             out.extend(rows)
             if not mapped and rows:
                 slow = max(rows, key=lambda r: r.step_us)
-                out.append(StepResult(slow.step, rep, -1, slow.step_us, slow.compute_us, slow.exposed_comm_us,
-                                      slow.idle_us, slow.recorded_step_us))
+                out.append(dataclasses.replace(slow, rank=-1))
     return out
 
 

@@ -1,0 +1,36 @@
+"""The simulator's default latencies (real microseconds), what they stand for and where they come from.
+
+The max-min model moves bytes at link rates; without latency a 1 MiB ring all-reduce over 1,024 ranks
+runs at the NIC's bound, where NCCL at that size is latency-bound (2 x 1,023 steps of a few µs each).
+`fabriclab sim` and `fabriclab compare` therefore default to two delays (`SimOptions.per_transfer_s`,
+`SimOptions.per_hop_s`; `--per-transfer-us`, `--per-hop-us`; 0 and 0 give the bandwidth-only model):
+
+- `DEFAULT_PER_HOP_US`: latency per link of a transfer's path: a switch's port-to-port (cut-through)
+  latency, the class of 51.2 Tbit/s AI-fabric switch assumed (`SWITCH_PORT_TO_PORT_US`), plus the
+  propagation over a few metres of fibre (`PROPAGATION_US`, 5 ns/m).
+- `DEFAULT_PER_TRANSFER_US`: the fixed cost of one point-to-point transfer (one step of a ring: the
+  kernel's chunk hand-off, the proxy thread, the NIC), chosen so that a transfer across a two-tier
+  leaf-spine (4 links: NIC-leaf-spine-leaf-NIC) costs NCCL's own per-network-step latency for the ring
+  algorithm and the Simple protocol (`NCCL_NET_RING_STEP_US`, `hwLat[NET][Ring][Simple]` in NCCL's
+  tuning model, src/graph/tuning.cc): a pyramid's 6-link paths then cost two hops more, a path inside a
+  leaf two fewer.
+
+Not modelled: NCCL's per-call base latency (`baseLat`, a few µs per collective) and its LL/LL128
+protocols for small messages; in-server (NVLink) transfers pay neither delay. Sources and the
+resulting busbw-vs-size curves: docs/simulator.md ("Latency") and benchmarks/RESULTS.md.
+"""
+from __future__ import annotations
+
+#: NCCL's latency for one inter-node step of a ring (Simple protocol), µs: `hwLat[NCCL_HW_NET][RING][SIMPLE]`
+#: in NVIDIA/nccl src/graph/tuning.cc, 14.0 from NCCL 2.26.2 to 2.30.7 (read 2026-12-04)
+NCCL_NET_RING_STEP_US = 14.0
+#: port-to-port latency of a 51.2 Tbit/s-class Ethernet switch (Broadcom Tomahawk 5 class, cut-through), µs;
+#: vendors publish no datasheet figure: ~0.6 us is the figure reported for Tomahawk 5 (docs/simulator.md)
+SWITCH_PORT_TO_PORT_US = 0.6
+#: light in fibre, 5 ns/m, over a 10 m cable, µs
+PROPAGATION_US = 0.05
+#: links of a path between two leaves of a two-tier leaf-spine (NIC-leaf-spine-leaf-NIC)
+LEAF_SPINE_PATH_LINKS = 4
+
+DEFAULT_PER_HOP_US = SWITCH_PORT_TO_PORT_US + PROPAGATION_US
+DEFAULT_PER_TRANSFER_US = NCCL_NET_RING_STEP_US - LEAF_SPINE_PATH_LINKS * DEFAULT_PER_HOP_US
