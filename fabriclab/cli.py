@@ -39,6 +39,11 @@ from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_cross
                                 cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up,
                                 cmd_workload_llm)
 
+PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one rank every hosts/ranks hosts), "
+                  "pods (whole servers spread evenly over the fabric's pods), fragmented[:OCC[:SEED]] (whole servers "
+                  "drawn at random from those a share OCC of other jobs leaves free; default 0.5, seed 0), or a "
+                  "YAML/JSON file")
+
 ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as package.module:ClassName "
                 "(a fabric.routing.RoutingPolicy subclass, importable here)")
 
@@ -54,7 +59,7 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
                    help=ROUTING_HELP + "; one per --topology (default: adaptive, and ecmp for pyramid-16)")
     p.add_argument("--ranks", type=int, help="map a data-parallel trace onto this many ranks "
                                              "(default: every host for a single-rank trace)")
-    p.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
+    p.add_argument("--placement", default="block", help=PLACEMENT_HELP)
     p.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default), tree, "
                                                         "halving_doubling, hierarchical, or auto")
     p.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
@@ -159,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     wllm.add_argument("--topology", metavar="T", help="also say how far each process group reaches on this fabric "
                                                       "(one server, one leaf, a pod, the core)")
     wllm.add_argument("--placement", default="block", help="rank -> host for --topology: block (Megatron's order "
-                                                           "on the hosts in order, the default), spread, or a file")
+                                                           "on the hosts in order, the default), spread, pods, "
+                                                           "fragmented[:OCC[:SEED]] (as for sim), or a file")
     wllm.add_argument("--json", action="store_true")
     wllm.set_defaults(func=cmd_workload_llm)
 
@@ -195,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--routing", action="append", metavar="R", help=ROUTING_HELP + "; one per --topology")
     cp.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512, 1024], metavar="N",
                     help="GPUs (one per host); the smallest is the scaling base (default 128 256 512 1024)")
-    cp.add_argument("--placement", default="block", help="rank -> host: block, spread, or a YAML/JSON file")
+    cp.add_argument("--placement", default="block", help=PLACEMENT_HELP)
     cp.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring; above 1024 GPUs its hierarchical form, as NCCL switches too)")
     cp.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
     cp.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",

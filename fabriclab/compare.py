@@ -277,6 +277,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     if not series:
         raise CompareError("no series to compare")
     from fabric.routing import load_policy
+    from traffic.placement import parse_fragmented, resolve_placement
     from traffic.replay import ReplayOptions, default_ports
 
     base_opts = dict(options or {})
@@ -290,11 +291,18 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     for s in series:
         load_policy(s.routing)  # a bad routing fails before anything runs
         for n in sizes:
-            name = topofile.scaled(s.topology, n).name  # so does a size the template cannot be built at
+            fab = topofile.scaled(s.topology, n)  # so does a size the template cannot be built at
+            name = fab.name
             opts = {"ports": default_ports(s.routing, base_opts.get("ports", "auto")), **base_opts, "ranks": n}
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
+            how = str(opts.get("placement", "block"))
+            if how == "pods" or parse_fragmented(how) is not None:  # and a whole-server placement it cannot take
+                try:
+                    resolve_placement(fab, n, how)
+                except FabriclabError as e:
+                    raise CompareError(f"{name} ({n} GPUs): {e}") from None
             lock = lockstep == "on" or (lockstep == "auto" and n > FLAT_RING_MAX and not sim_doc["cut_through"])
             tasks.append({"index": len(tasks), "row": f"{name} {s.routing} ({n} GPUs)", "trace": str(trace),
                           "label": label or str(trace),

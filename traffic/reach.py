@@ -8,6 +8,14 @@ from, the aggregation or spine switch their leaves share (one pod of a pyramid, 
 leaf-spine), or the core (pyramid pods that share no aggregation switch). On a pyramid, every tier above
 the ToR is behind its oversubscribed uplinks. The planes of a dual-plane fabric are alike; the first
 plane is read.
+
+`host_pods`: the pod of every host, from the same tiers. Two edge switches (leaf/ToR) are in one pod
+when they share a switch of a higher tier they both link to (a pyramid's ToRs share their pod's
+aggregation switches, never another pod's) or link to each other (a mesh plane); pods are the closure
+of that. So a pyramid has `tors_per_pod` ToRs per pod, and a 2-tier leaf-spine or dual-plane Clos (every
+leaf under every spine) or mesh is one pod: what is left between pods is the core. On a rail-wired
+pyramid a pod is the ToRs of `tors_per_pod` rails of a rail group (pyramid-1024-rail: one rail group of
+32 servers per pod; pyramid-16-rail: rails 0-1 and rails 2-3 of every server).
 """
 from __future__ import annotations
 
@@ -40,13 +48,7 @@ class GroupReach:
 
 def group_reach(workload: Workload, fabric: Fabric, placement: Placement) -> list[GroupReach]:
     """Per stream, its groups and how far each reaches (module docstring), in order of first appearance."""
-    plane = fabric.planes[0].name
-    leaf_of = {h.name: fabric.nic(h.name, plane).switch for h in fabric.hosts}
-    up: dict[str, frozenset[str]] = {}
-    for sw in fabric.switches_in(plane):
-        tier = ROLE_TIER[sw.role]
-        up[sw.name] = frozenset(a.peer for a in fabric.adjacency[sw.name]
-                                if a.peer in fabric.switch_by_name and ROLE_TIER[fabric.switch_by_name[a.peer].role] > tier)
+    leaf_of, up = _edges_and_uplinks(fabric)
     seen: dict[str, dict[tuple[int, ...], str]] = {}
     for rt in workload.ranks:
         for step in rt.steps:
@@ -58,6 +60,41 @@ def group_reach(workload: Workload, fabric: Fabric, placement: Placement) -> lis
     for stream, groups in seen.items():
         out.append(GroupReach(stream, len(groups), max(len(g) for g in groups), dict(Counter(groups.values()))))
     return out
+
+
+def host_pods(fabric: Fabric) -> dict[str, int]:
+    """Host name -> its pod (module docstring), pods numbered 0, 1, ... in order of their lowest host."""
+    leaf_of, up = _edges_and_uplinks(fabric)
+    parent = {leaf: leaf for leaf in leaf_of.values()}
+
+    def root(leaf: str) -> str:
+        while parent[leaf] != leaf:
+            parent[leaf] = parent[parent[leaf]]
+            leaf = parent[leaf]
+        return leaf
+
+    below: dict[str, str] = {}  # upper switch -> the first edge switch seen under it
+    for leaf in parent:
+        for a in fabric.adjacency[leaf]:
+            if a.peer in parent:  # edge to edge (a mesh plane)
+                parent[root(a.peer)] = root(leaf)
+        for sw in sorted(up[leaf]):
+            parent[root(below.setdefault(sw, leaf))] = root(leaf)
+    number: dict[str, int] = {}
+    return {h.name: number.setdefault(root(leaf_of[h.name]), len(number)) for h in fabric.hosts}
+
+
+def _edges_and_uplinks(fabric: Fabric) -> tuple[dict[str, str], dict[str, frozenset[str]]]:
+    """In the first plane: host -> the edge switch its NIC links to, and switch -> the switches of a
+    higher tier it links to."""
+    plane = fabric.planes[0].name
+    leaf_of = {h.name: fabric.nic(h.name, plane).switch for h in fabric.hosts}
+    up: dict[str, frozenset[str]] = {}
+    for sw in fabric.switches_in(plane):
+        tier = ROLE_TIER[sw.role]
+        up[sw.name] = frozenset(a.peer for a in fabric.adjacency[sw.name]
+                                if a.peer in fabric.switch_by_name and ROLE_TIER[fabric.switch_by_name[a.peer].role] > tier)
+    return leaf_of, up
 
 
 def _level(ranks: tuple[int, ...], fabric: Fabric, placement: Placement, leaf_of: dict[str, str],

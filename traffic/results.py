@@ -31,7 +31,7 @@ class RunMeta:
     routing: str
     ranks: int
     hosts: int
-    placement: str  # "block", "spread" or a file path
+    placement: str  # "block", "spread", "pods", "fragmented[:OCC[:SEED]]" or a file path
     algorithm: str  # all-reduce algorithm asked for ("auto", "ring", ...)
     channels: int  # connections per plane per host pair
     mbps_per_gbps: float  # emulated link scale

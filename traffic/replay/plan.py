@@ -51,9 +51,9 @@ from fabric.flowsim.connections import Connection, ConnectionTable, pair_key, pl
 from fabric.flowsim.maxmin import FlowSimError, IntArray
 from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
-from fabric.transfers import Placement, TransferColumns
+from fabric.transfers import Placement, TransferColumns, TransferError
 from traffic import collectives
-from traffic.placement import groups_by, resolve_placement
+from traffic.placement import check_placement, groups_by, resolve_placement
 from traffic.workload import Collective, Workload
 
 #: The fastest host NIC runs at this rate by default (the link scale). Measured on the 2-core machine,
@@ -90,7 +90,7 @@ def default_ports(routing: str, asked: str = "auto") -> str:
 @dataclass(frozen=True)
 class ReplayOptions:
     ranks: int | None = None  # map a data-parallel trace onto this many ranks (default: every host)
-    placement: str = "block"  # block, spread, or a YAML/JSON file rank -> host
+    placement: str = "block"  # block, spread, pods, fragmented[:OCC[:SEED]], or a YAML/JSON file rank -> host
     algorithm: str = "ring"  # all-reduce algorithm (traffic.collectives.ALGORITHMS, or "auto")
     channels: int = 2  # connections per plane per host pair
     mbps_per_gbps: float | None = None  # emulated link scale; None: the fastest host NIC at NIC_EMU_MBPS
@@ -104,6 +104,10 @@ class ReplayOptions:
     seed: int = 0  # for hashed source ports
 
     def check(self) -> None:
+        try:
+            check_placement(self.placement)
+        except TransferError as e:
+            raise ReplayError(f"--placement: {e}") from None
         if self.channels < 1:
             raise ReplayError(f"--channels must be >= 1, got {self.channels}")
         if self.repeat < 1:
