@@ -160,8 +160,10 @@ def bench_compare(shape: str, sizes: list[int], jobs: int, timeout_s: float, sou
     trace = work / f"{shape}-128ranks.json.gz"
     recorded = write_stand_in(trace, shape)
     base, env = fabriclab_cmd(source)
+    # bandwidth only, as the figures in RESULTS were measured (and as a baseline source without the default
+    # latency runs)
     cmd = [*base, "compare", str(trace), "--sizes", *map(str, sizes), "--jobs", str(jobs), "--no-cache",
-           "--out", str(work / f"out-{shape}")]
+           "--per-transfer-us", "0", "--per-hop-us", "0", "--out", str(work / f"out-{shape}")]
     r = run_measured(cmd, env, timeout_s, work)  # (not in a checkout: `python -c` puts the cwd first on the path)
     rows: list[dict[str, Any]] = []
     result = work / f"out-{shape}" / "compare.json"

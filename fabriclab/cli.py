@@ -199,6 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: pyramid-1024 with ecmp and dual-plane-1024 with adaptive, the same bandwidth "
                          "per host)")
     cp.add_argument("--routing", action="append", metavar="R", help=ROUTING_HELP + "; one per --topology")
+    cp.add_argument("--model", metavar="SPEC", help="a generated LLM training step in place of TRACE "
+                    "(llm:SPEC: a preset such as gpt3-175b, llama3-70b, or FILE.yaml, with ,key=value overrides), "
+                    "weak-scaled to each size: TP, CP and PP kept, DP = GPUs / (TP x CP x PP), the micro-batches "
+                    "per replica kept; default series pyramid-1024-rail (ecmp) and dual-plane-1024-rail (adaptive)")
+    cp.add_argument("--stragglers", nargs="?", const="stragglers.jitter_cv=0.05", default=None, metavar="OVERRIDES",
+                    help="LLM steps only: every series again with these straggler overrides (default when given "
+                         "alone: stragglers.jitter_cv=0.05, a lognormal compute jitter of CV 5%% per GPU and step; "
+                         "add steps=N to the spec for a p99 over steps)")
     cp.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512, 1024], metavar="N",
                     help="GPUs (one per host); the smallest is the scaling base (default 128 256 512 1024)")
     cp.add_argument("--placement", default="block", help=PLACEMENT_HELP)

@@ -341,6 +341,10 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     from fabriclab import compare as cmp
 
+    if args.model is not None:
+        if args.trace:
+            raise FabriclabError("give a TRACE or --model, not both")
+        args.trace = args.model if args.model.startswith("llm:") else f"llm:{args.model}"
     trace, label = _trace(args)
     if args.topology:
         pairs = _replay_pairs(args)
@@ -348,7 +352,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     else:
         if args.routing:
             raise FabriclabError("--routing needs --topology (one per topology)")
-        series = list(cmp.DEFAULT_SERIES)
+        series = list(cmp.LLM_SERIES if cmp.is_llm(trace) else cmp.DEFAULT_SERIES)
     sim = _sim_options(args)
     if args.jobs is not None and args.jobs < 1:
         raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
@@ -361,8 +365,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     meta = {"trace": label, "series": [dataclasses.asdict(s) for s in series], "sizes": sorted(set(args.sizes)),
             "options": options, "sim": dataclasses.asdict(sim), "lockstep": args.lockstep,
-            "all_to_all": args.all_to_all}
-    expected = len(series) * len(set(args.sizes))
+            "all_to_all": args.all_to_all, **({"stragglers": args.stragglers} if args.stragglers is not None else {})}
+    expected = len(series) * len(set(args.sizes)) * (2 if args.stragglers is not None else 1)
 
     def partial(rows: list[Any]) -> None:  # every finished row on disk at once: a stopped run keeps them
         cmp.write(rows, cmp.seed_check(rows), Path(args.out),
@@ -379,7 +383,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         try:
             rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
                                cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
-                               progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all, on_rows=partial)
+                               progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all, on_rows=partial,
+                               stragglers=args.stragglers)
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)

@@ -47,7 +47,7 @@ import queue as queue_module
 import signal
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,8 @@ class Series:
 
 
 DEFAULT_SERIES = (Series("pyramid-1024", "ecmp"), Series("dual-plane-1024", "adaptive"))
+#: for generated LLM steps: servers of 8 GPUs, rail-wired, the same bandwidth per GPU
+LLM_SERIES = (Series("pyramid-1024-rail", "ecmp"), Series("dual-plane-1024-rail", "adaptive"))
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,14 @@ class Row:
     load_max_over_mean: float
     ecmp_collisions: int
     ecmp_choices: int
+    variant: str = ""  # "" or "stragglers" (the LLM spec with the straggler overrides: `compare(stragglers=...)`)
+    cluster_gpus: int = 0  # the fabric's GPUs, when the job holds only part of it (a fragmented placement)
+    mfu: float = math.nan  # model FLOPs utilisation, for generated LLM steps (`traffic.llm`)
+    idle_share: float = 0.0  # of the step, neither computing nor communicating: waits for other ranks
+    exposed_by_group: dict[str, float] = field(default_factory=dict)  # stream -> exposed comm / step
+    busbw_by_group: dict[str, float] = field(default_factory=dict)  # stream -> busbw, bit/s
+    hottest_by_tier: dict[str, float] = field(default_factory=dict)  # "tor->agg" -> its hottest link's peak util
+    collisions_by_tier: dict[str, int] = field(default_factory=dict)  # switch role -> ECMP collisions there
     algorithm: str = ""  # the all-reduce algorithm asked for this row (FLAT_RING_MAX)
     lockstep: bool = False  # the collectives' steps ran in lockstep (SimOptions.lockstep)
     efficiency: float = math.nan  # filled once the series' base size is known
@@ -120,6 +130,9 @@ _PROGRESS_QUEUE: Any = None
 def _init_worker(queue: Any) -> None:
     global _PROGRESS_QUEUE
     _PROGRESS_QUEUE = queue
+    # a worker must not wait at exit for its unread progress messages to be taken: once the last row is
+    # in, the parent stops reading and joins the pool, and a full pipe would then block both for ever
+    queue.cancel_join_thread()
     # Ctrl-C reaches the whole process group: the parent ends the workers (`_sweep`), they need not
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -136,19 +149,26 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
             _PROGRESS_QUEUE.put((task["index"], dataclasses.asdict(p)))
 
     tell(RunProgress("load"))
-    fab = topofile.scaled(task["topology"], task["gpus"])
+    fab = topofile.scaled(task["topology"], task.get("cluster_gpus") or task["gpus"])
     workload = load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None,
                     collectives_per_step=task["opts"].get("step_ops"))
     opts = ReplayOptions(**task["opts"])
     result = run_workload(workload, task["label"], fab, task["routing"], opts,
                           Simulated(SimOptions(**task["sim"]), all_to_all=task["all_to_all"]), progress=tell).result
-    row = row_from_result(result, task["topology"], fab.name, task["routing"], task["gpus"])
-    return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0,
+    row = row_from_result(result, task["topology"], fab.name, task["routing"], task["gpus"], fab)
+    return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0, variant=task.get("variant", ""),
+                                                  cluster_gpus=task.get("cluster_gpus") or task["gpus"],
                                                   algorithm=opts.algorithm, lockstep=bool(task["sim"]["lockstep"])))
 
 
-def row_from_result(result: Any, topology: str, fabric: str, routing: str, gpus: int) -> Row:
-    """The table's row from a simulated `RunResult` (module docstring)."""
+def _tier(fab: Any, switch: str, peer: str) -> str:
+    roles = fab.switch_by_name
+    return f"{roles[switch].role}->{roles[peer].role}" if peer in roles else f"{roles[switch].role}->host"
+
+
+def row_from_result(result: Any, topology: str, fabric: str, routing: str, gpus: int, fab: Any = None) -> Row:
+    """The table's row from a simulated `RunResult` (module docstring); `fab` (the fabric it ran on)
+    names the links' tiers."""
     from traffic import metrics
 
     steps = [s for s in result.steps if s.rank == -1]
@@ -163,8 +183,28 @@ def row_from_result(result: Any, topology: str, fabric: str, routing: str, gpus:
     loads = [l.emu_bytes for l in fabric_links]
     mean_load = sum(loads) / len(loads) if loads else 0.0
     ecmp = result.extra.get("ecmp", {})
+    exposed: dict[str, float] = {}
+    for st in steps:
+        for k, v in st.exposed_by_stream_us.items():
+            exposed[k] = exposed.get(k, 0.0) + v / st.step_us / len(steps)
+    group_bits: dict[str, float] = {}
+    group_s: dict[str, float] = {}
+    for c in moving:
+        group_bits[c.stream] = group_bits.get(c.stream, 0.0) + c.size_bytes * 8 * metrics.busbw_factor(c.kind, c.group_size)
+        group_s[c.stream] = group_s.get(c.stream, 0.0) + c.duration_real_us / 1e6
+    hottest: dict[str, float] = {}
+    if fab is not None:
+        for l in fabric_links:
+            t = _tier(fab, l.switch, l.peer)
+            hottest[t] = max(hottest.get(t, 0.0), max(l.util, default=0.0))
+    t = result.meta.training
+    mfu = metrics.mfu(t["model_flops_per_step"], pct.mean, t["peak_flops_per_gpu"], t["world_size"]) if t else math.nan
     return Row(
         topology=topology, fabric=fabric, routing=routing, gpus=gpus, steps=len(steps),
+        mfu=float(mfu), idle_share=sum(s.idle_us / s.step_us for s in steps) / len(steps),
+        exposed_by_group=exposed,
+        busbw_by_group={k: group_bits[k] / group_s[k] for k in group_bits if group_s[k] > 0},
+        hottest_by_tier=hottest, collisions_by_tier=dict(ecmp.get("by_role", {})),
         step_mean_us=pct.mean, step_p99_us=pct.p99,
         utilisation=sum(s.compute_us / s.step_us for s in steps) / len(steps),
         comm_share=sum(s.exposed_comm_us / s.step_us for s in steps) / len(steps),
@@ -185,6 +225,16 @@ def _digest_paths(paths: Sequence[Path]) -> str:
 
 
 def trace_digest(trace: str | Path) -> str:
+    """What a trace's rows depend on: its files' bytes, or a generated LLM step's whole config (and the
+    profile it reads)."""
+    if is_llm(trace):
+        from traffic.llm import load_config
+
+        cfg = load_config(str(trace)[len("llm:"):])
+        h = hashlib.sha256(cfg.model_dump_json().encode())
+        if cfg.compute.profile:
+            h.update(trace_digest(cfg.compute.profile).encode())
+        return h.hexdigest()
     p = Path(trace)
     files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
     if not files:
@@ -194,6 +244,43 @@ def trace_digest(trace: str | Path) -> str:
         h.update(f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()
+
+
+def is_llm(trace: str | Path) -> bool:
+    return isinstance(trace, str) and trace.startswith("llm:")
+
+
+def llm_spec_at(trace: str, gpus: int, extra: str = "") -> str:
+    """The generated LLM step `trace` ("llm:SPEC") at `gpus` GPUs, weak-scaled: TP, CP and PP as the spec
+    says, DP = gpus / (TP x CP x PP), and the global batch scaled with DP so that every replica runs the
+    same micro-batches (its pipeline, bubble and gradient size stay; throughput per GPU compares across
+    sizes); `extra`: more overrides ("key=value,..."), e.g. stragglers."""
+    from traffic.llm import load_config
+
+    spec = trace[len("llm:"):]
+    cfg = load_config(spec)
+    par = cfg.parallel
+    cell = par.tp * par.cp * par.pp
+    if gpus % cell:
+        raise CompareError(f"{trace} at {gpus} GPUs: {gpus} is not a multiple of TP x CP x PP = {par.tp} x {par.cp} x "
+                           f"{par.pp} = {cell}")
+    dp = gpus // cell
+    per_replica = cfg.global_batch // par.dp  # samples per replica and step (micro-batches x micro-batch)
+    out = f"{trace},parallel.dp={dp},global_batch={per_replica * dp}" + (f",{extra}" if extra else "")
+    try:
+        load_config(out[len("llm:"):])
+    except FabriclabError as e:
+        raise CompareError(f"{trace} at {gpus} GPUs (DP {dp}): {e}") from None
+    return out
+
+
+def cluster_gpus(job_gpus: int, occupancy: Any) -> int:
+    """The fabric a fragmented job of `job_gpus` runs in: at least job / (1 - occupancy) GPUs, so that the
+    free servers hold the job, doubled from the job's size (the shipped builders' sizes are powers of two)."""
+    n = job_gpus
+    while n * (1 - occupancy) < job_gpus:
+        n *= 2
+    return n
 
 
 def code_digest() -> str:
@@ -256,8 +343,12 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
             options: dict[str, Any] | None = None, sim: SimOptions | None = None, label: str | None = None,
             cache_dir: Path | None = None, jobs: int | None = None,
             progress: Callable[[CompareProgress], None] | None = None, lockstep: str = "auto",
-            all_to_all: str = "auto", on_rows: Callable[[list[Row]], None] | None = None) -> list[Row]:
-    """Every series at every size (module docstring); rows ordered by series, then size. `options`:
+            all_to_all: str = "auto", on_rows: Callable[[list[Row]], None] | None = None,
+            stragglers: str | None = None) -> list[Row]:
+    """Every series at every size (module docstring); rows ordered by series, variant, then size.
+    A generated LLM step (`trace` "llm:SPEC") is scaled to each size (`llm_spec_at`: DP grows, the
+    micro-batches per replica stay); `stragglers` (LLM only: overrides such as
+    "stragglers.jitter_cv=0.05") adds a second variant of every series with them. `options`:
     `ReplayOptions` fields (placement, algorithm, channels, repeat, ports, seed, compute_gap_us);
     `ports` defaults per row to planned under adaptive routing and hashed otherwise. `lockstep`:
     "auto" (above `FLAT_RING_MAX` GPUs, unless `sim.cut_through`), "on" or "off" (overrides
@@ -287,34 +378,46 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     sim_doc = dataclasses.asdict(sim or default_sim_options())
     if sim_doc["cut_through"] and lockstep == "on":
         raise CompareError("cut-through forwarding and lockstep exclude each other (lockstep waits for whole steps)")
+    llm = is_llm(trace)
+    if stragglers is not None and not llm:
+        raise CompareError("stragglers are a generated LLM step's (llm:SPEC or --model); this trace has its own timings")
+    variants = [("", "")] + ([("stragglers", stragglers)] if stragglers is not None else [])
+    ReplayOptions(**base_opts).check()  # a malformed option fails first, as the replay words it
+    how = str(base_opts.get("placement", "block"))
+    frag = parse_fragmented(how)
     tasks: list[dict[str, Any]] = []
-    for s in series:
+    for s, (variant, extra) in ((s, v) for s in series for v in variants):
         load_policy(s.routing)  # a bad routing fails before anything runs
         for n in sizes:
-            fab = topofile.scaled(s.topology, n)  # so does a size the template cannot be built at
+            cluster = cluster_gpus(n, frag[0]) if frag is not None else n
+            fab = topofile.scaled(s.topology, cluster)  # so does a size the template cannot be built at
             name = fab.name
+            spec = llm_spec_at(str(trace), n, extra) if llm else str(trace)
             opts = {"ports": default_ports(s.routing, base_opts.get("ports", "auto")), **base_opts, "ranks": n}
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
-            how = str(opts.get("placement", "block"))
-            if how == "pods" or parse_fragmented(how) is not None:  # and a whole-server placement it cannot take
+            if how == "pods" or frag is not None:  # and a whole-server placement it cannot take
                 try:
                     resolve_placement(fab, n, how)
                 except FabriclabError as e:
                     raise CompareError(f"{name} ({n} GPUs): {e}") from None
             lock = lockstep == "on" or (lockstep == "auto" and n > FLAT_RING_MAX and not sim_doc["cut_through"])
-            tasks.append({"index": len(tasks), "row": f"{name} {s.routing} ({n} GPUs)", "trace": str(trace),
-                          "label": label or str(trace),
+            tasks.append({"index": len(tasks), "row": f"{name} {s.routing} ({n} GPUs{', ' + variant if variant else ''})",
+                          "trace": spec, "label": label or str(trace), "variant": variant,
+                          "cluster_gpus": cluster if cluster != n else 0,
                           "topology": s.topology, "routing": s.routing, "gpus": n, "opts": opts,
                           "sim": {**sim_doc, "lockstep": lock}, "all_to_all": all_to_all})
     results: dict[int, dict[str, Any]] = {}
     keys: dict[int, str] = {}
     if cache_dir is not None:
         cache_dir.mkdir(parents=True, exist_ok=True)
-        tdig, cdig = trace_digest(trace), code_digest()
+        cdig = code_digest()
+        digests: dict[str, str] = {}
         for i, t in enumerate(tasks):
-            keys[i] = _key(t, tdig, cdig)
+            if t["trace"] not in digests:
+                digests[t["trace"]] = trace_digest(t["trace"])
+            keys[i] = _key(t, digests[t["trace"]], cdig)
             hit = cache_dir / f"{keys[i]}.json"
             if hit.is_file():
                 try:
@@ -381,10 +484,10 @@ def _sweep(tasks: list[dict[str, Any]], todo: list[int], workers: int, running: 
 def with_efficiency(rows: Sequence[Row]) -> list[Row]:
     """Scaling efficiency per row: 1 / mean step (throughput per GPU, fixed batch per GPU) at N over
     the same at the series' smallest size."""
-    base: dict[tuple[str, str], Row] = {}
+    base: dict[tuple[str, str, str], Row] = {}
     for r in sorted(rows, key=lambda r: r.gpus):
-        base.setdefault((r.topology, r.routing), r)
-    return [dataclasses.replace(r, efficiency=base[(r.topology, r.routing)].step_mean_us / r.step_mean_us)
+        base.setdefault((r.topology, r.routing, r.variant), r)
+    return [dataclasses.replace(r, efficiency=base[(r.topology, r.routing, r.variant)].step_mean_us / r.step_mean_us)
             for r in rows]
 
 
@@ -400,6 +503,21 @@ SEED_BETTER = {"utilisation": "higher", "comm_share": "lower", "step_mean_us": "
 SIZE_TOLERANCE = 1.25
 
 
+def _equal_because(p: Row, d: Row) -> str:
+    """Why the pyramid row `p` and the dual-plane row `d` tie, from their own evidence."""
+    upper = max((v for k, v in p.hottest_by_tier.items() if not k.endswith("->host")), default=None)
+    if upper is None:
+        return ("equal here: the workload's collectives never load the pyramid's oversubscribed tiers or "
+                "collide on ECMP more than the dual-plane's (the seed assumes they do)")
+    if upper <= BUSY_UTIL:
+        return (f"equal here: no traffic crosses the pyramid's switch tiers at {p.gpus} GPUs (every group "
+                "stays under one ToR: rail wiring or the placement), so its oversubscription is never met")
+    return (f"equal here: the pyramid's links above the ToRs peak at {upper:.0%} and its exposed communication "
+            f"is {p.comm_share - d.comm_share:+.1%} of the step against the dual-plane's, but the step barely "
+            f"moves (within 0.1%): the slower transfers overlap compute or waits for other ranks (idle "
+            f"{p.idle_share:.1%} against {d.idle_share:.1%})")
+
+
 def seed_check(rows: Sequence[Row]) -> list[dict[str, Any]]:
     """Per seed figure: the seed's pyramid and dual-plane values, ours at the largest size both series
     ran, whether the direction (which fabric is better) and the size (the dual-plane / pyramid ratio,
@@ -407,16 +525,22 @@ def seed_check(rows: Sequence[Row]) -> list[dict[str, Any]]:
     def family(r: Row) -> str:
         return topofile.template(r.topology)[0]
 
-    pyr = [r for r in rows if family(r) == "pyramid"]
-    dual = [r for r in rows if family(r) == "dual_plane"]
-    common = sorted({r.gpus for r in pyr} & {r.gpus for r in dual})
-    if not common:
+    def at(variant: str) -> tuple[Row, Row] | None:
+        pyr = [r for r in rows if family(r) == "pyramid" and r.variant == variant]
+        dual = [r for r in rows if family(r) == "dual_plane" and r.variant == variant]
+        common = sorted({r.gpus for r in pyr} & {r.gpus for r in dual})
+        if not common:
+            return None
+        return next(r for r in pyr if r.gpus == common[-1]), next(r for r in dual if r.gpus == common[-1])
+
+    base = at("")
+    if base is None:
         return []
-    n = common[-1]
-    p = next(r for r in pyr if r.gpus == n)
-    d = next(r for r in dual if r.gpus == n)
+    slow = at("stragglers")  # the tail is the stragglers' where they ran
     out = []
     for metric, (seed_p, seed_d) in SEED.items():
+        p, d = slow if metric == "step_p99_us" and slow is not None else base
+        n = p.gpus
         ours_p, ours_d = float(getattr(p, metric)), float(getattr(d, metric))
         better = SEED_BETTER[metric]
         same = math.isclose(ours_p, ours_d, rel_tol=1e-3)
@@ -427,15 +551,14 @@ def seed_check(rows: Sequence[Row]) -> list[dict[str, Any]]:
         if size:
             why = ""
         elif same:
-            why = ("equal here: the workload's collectives never load the pyramid's oversubscribed tiers or "
-                   "collide on ECMP more than the dual-plane's (the seed assumes they do)")
+            why = _equal_because(p, d)
         elif direction:
             why = (f"the gap differs: ours {ratio:.3g}x, the seed's {seed_ratio:.3g}x; the seed's workload, "
                    "compute/communication mix and model sizes are not ours (its figures also disagree with each "
                    "other, see the issue)")
         else:
             why = "the opposite direction here; see the evidence columns (hot links, load, collisions)"
-        out.append({"metric": metric, "gpus": n, "seed_pyramid": seed_p, "seed_dual_plane": seed_d,
+        out.append({"metric": metric, "gpus": n, "variant": p.variant, "seed_pyramid": seed_p, "seed_dual_plane": seed_d,
                     "ours_pyramid": ours_p, "ours_dual_plane": ours_d, "better": better,
                     "direction_reproduced": bool(direction), "size_reproduced": bool(size), "differs": why})
     return out
@@ -453,7 +576,7 @@ COLUMNS = (("fabric", "fabric"), ("routing", "routing"), ("gpus", "GPUs"), ("alg
 def _cell(key: str, v: Any) -> str:
     from traffic.formatting import format_bps, format_share, format_us
 
-    if key in ("utilisation", "comm_share", "hot_link_share"):
+    if key in ("utilisation", "comm_share", "hot_link_share", "mfu", "idle_share"):
         return format_share(v)
     if key.endswith("_us"):
         return format_us(v)
@@ -476,14 +599,36 @@ def latency_note(sim: SimOptions) -> str:
 
 
 def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = (), sim: SimOptions | None = None) -> str:
+    from traffic.formatting import format_bps, format_share
+
     def cell(r: Row, k: str) -> str:
         return _cell(k, getattr(r, k)) + (" lockstep" if k == "algorithm" and r.lockstep else "")
 
-    table = [[h for _, h in COLUMNS]] + [[cell(r, k) for k, _ in COLUMNS] for r in rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
-    lines = ["  ".join(c.rjust(w) if i > 3 else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
+    cols = list(COLUMNS)
+    if any(r.variant for r in rows):
+        cols.insert(3, ("variant", "variant"))
+    if any(math.isfinite(r.mfu) for r in rows):
+        cols.insert(cols.index(("utilisation", "util")) + 1, ("mfu", "MFU"))
+    left = cols.index(("algorithm", "all-reduce"))
+    table = [[h for _, h in cols]] + [[cell(r, k) for k, _ in cols] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w) if i > left else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths)))
              for row in table]
     lines.append("")
+    causes = [r for r in rows if r.exposed_by_group or r.hottest_by_tier]
+    if causes:
+        lines.append("the cause, per row: exposed communication by process group (of the step), busbw by group, "
+                     "the hottest link's peak utilisation by tier, ECMP collisions by switch role, waits (idle):")
+        for r in causes:
+            exposed = ", ".join(f"{k} {format_share(v)}" for k, v in sorted(r.exposed_by_group.items(),
+                                                                             key=lambda kv: -kv[1]) if v > 0)
+            bus = ", ".join(f"{k} {format_bps(v)}" for k, v in sorted(r.busbw_by_group.items()))
+            hot = ", ".join(f"{k} {format_share(v)}" for k, v in sorted(r.hottest_by_tier.items()))
+            coll = ", ".join(f"{k} {v}" for k, v in sorted(r.collisions_by_tier.items())) or "none"
+            lines.append(f"  {r.fabric} {r.routing} {r.gpus}{' ' + r.variant if r.variant else ''}: exposed "
+                         f"{exposed or 'none'}; busbw {bus or '-'}; hottest {hot or '-'}; collisions {coll}; "
+                         f"idle {format_share(r.idle_share)}")
+        lines.append("")
     if any(r.lockstep for r in rows):
         lines.append("lockstep: each step of a collective waited for all of the step before (the simulator's "
                      "approximation at scale; a ring runs at its slowest hop's pace either way)")

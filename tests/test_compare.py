@@ -54,12 +54,13 @@ def test_ecmp_collisions_counted_by_hand(tmp_path):
     fab = topofile.load("leaf-spine-16")
     res = simulated(workload([coll(size=400_000, n=4)], n=4, timed=False), "t", fab, "ecmp",
                           ReplayOptions(channels=1, placement=str(place), ports="planned"))
-    assert res.extra["ecmp"] == {"collisions": 1, "choices": 4, "ports_idle": 5}
+    # the collision is at leafA1, a switch of role "leaf"
+    assert res.extra["ecmp"] == {"collisions": 1, "choices": 4, "ports_idle": 5, "by_role": {"leaf": 1}}
     # with 4 channels, channel c of every pair takes uplink (4 (a + b) + c) mod 4 = c: each uplink
     # carries one connection of each of its leaf's 2 pairs; no collision, nothing idle
     res4 = simulated(workload([coll(size=400_000, n=4)], n=4, timed=False), "t", fab, "ecmp",
                            ReplayOptions(channels=4, placement=str(place), ports="planned"))
-    assert res4.extra["ecmp"] == {"collisions": 0, "choices": 16, "ports_idle": 0}
+    assert res4.extra["ecmp"] == {"collisions": 0, "choices": 16, "ports_idle": 0, "by_role": {}}
 
 
 def row(topology, routing, gpus, step_mean_us, **kw):

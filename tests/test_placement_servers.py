@@ -281,12 +281,22 @@ def test_the_replay_plan_takes_the_new_placements():
     assert plan.placement.hosts == tuple(f"h{s}" for s in job)
 
 
-def test_compare_refuses_a_fragmented_job_as_big_as_the_fabric_before_running():
-    # compare runs N ranks on the template built at N hosts: half of them occupied leaves too few
-    with pytest.raises(cmp.CompareError, match=r"pyramid-16 \(16 GPUs\): fragmented: the job needs 16 servers "
-                                               r"\(16 ranks\), 8 are free"):
-        cmp.compare("unused-trace", [cmp.Series("pyramid-16", "ecmp")], sizes=[16],
-                    options={"placement": "fragmented:0.5"})
+def test_compare_runs_a_fragmented_job_in_a_cluster_whose_free_servers_hold_it():
+    from fractions import Fraction
+
+    from traffic.traces import BUILTIN_TRACE
+
+    # the job's size doubled until (1 - occupancy) of it holds the job: 16 at 0.5 -> 32 (16 free);
+    # at 0.75 -> 64 (16 free); at 0.3 -> 32 (22.4 free; 16 alone would leave 11.2)
+    assert cmp.cluster_gpus(16, Fraction("0.5")) == 32
+    assert cmp.cluster_gpus(16, Fraction("0.75")) == 64
+    assert cmp.cluster_gpus(16, Fraction("0.3")) == 32
+    assert cmp.cluster_gpus(16, Fraction(0)) == 16
+    rows = cmp.compare(str(BUILTIN_TRACE), [cmp.Series("pyramid-16", "ecmp")], sizes=[16],
+                       options={"placement": "fragmented:0.5"}, jobs=1)
+    assert [(r.fabric, r.gpus, r.cluster_gpus) for r in rows] == [("pyramid-32", 16, 32)]
+
+def test_compare_refuses_a_malformed_fragmented_spec_before_running():
     with pytest.raises(ReplayError, match="--placement"):
         cmp.compare("unused-trace", [cmp.Series("pyramid-16", "ecmp")], sizes=[16],
                     options={"placement": "fragmented:0.5:1:2"})

@@ -9,6 +9,8 @@ them now. Counted on arrays, from the connections' link rows (`LinkRoutes.rows`)
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fabric.flowsim.connections import ConnectionTable, sorted_unique
@@ -18,13 +20,14 @@ from fabric.routing.policy import RoutingPolicy
 
 
 def ecmp_collisions(policy: RoutingPolicy, table: ConnectionTable, routes: LinkRoutes,
-                    paths: tuple[IntArray, IntArray], ids: IntArray | None = None) -> dict[str, int]:
-    """{"collisions", "choices" (connections x switches where there was a choice), "ports_idle"} among the
+                    paths: tuple[IntArray, IntArray], ids: IntArray | None = None) -> dict[str, Any]:
+    """{"collisions", "choices" (connections x switches where there was a choice), "ports_idle", "by_role"
+    (the collisions by the role of the switch where they happen: "tor", "agg", "leaf", ...)} among the
     connections `ids` of `table` (default: all), whose link rows are `paths` (`routes.rows` of every
     connection of `table`); module docstring."""
     rows, n_links = paths
     c = np.arange(len(table), dtype=np.intp) if ids is None else np.asarray(ids, dtype=np.intp)
-    none = {"collisions": 0, "choices": 0, "ports_idle": 0}
+    none: dict[str, Any] = {"collisions": 0, "choices": 0, "ports_idle": 0, "by_role": {}}
     if not c.size:
         return none
     rows, n_links = rows[c], n_links[c]
@@ -56,4 +59,11 @@ def ecmp_collisions(policy: RoutingPolicy, table: ConnectionTable, routes: LinkR
     size = np.asarray([len(ports) for _, ports in sets], dtype=np.int64)
     idle = size - (used > 0).sum(axis=1)
     shared = (used - 1).clip(min=0).sum(axis=1)
-    return {"collisions": int(np.minimum(shared, idle).sum()), "choices": choices, "ports_idle": int(idle.sum())}
+    per_set = np.minimum(shared, idle)
+    by_role: dict[str, int] = {}
+    roles = {sw.name: sw.role for sw in policy.table.fabric.switches}
+    for (sw, _), k in zip(sets, per_set.tolist()):
+        if k:
+            role = roles[walker.switches[sw]]
+            by_role[role] = by_role.get(role, 0) + int(k)
+    return {"collisions": int(per_set.sum()), "choices": choices, "ports_idle": int(idle.sum()), "by_role": by_role}

@@ -24,6 +24,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,11 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
     per_lane = [ecmp_collisions(policy, table, routes, paths,
                                 np.flatnonzero(np.repeat(lane == k, np.diff(table.pair_ptr))))
                 for k in np.unique(lane).tolist()]
-    ecmp = {k: sum(c[k] for c in per_lane) for k in ("collisions", "choices", "ports_idle")}
+    ecmp: dict[str, Any] = {k: sum(c[k] for c in per_lane) for k in ("collisions", "choices", "ports_idle")}
+    ecmp["by_role"] = {}
+    for c in per_lane:
+        for role, k in c["by_role"].items():
+            ecmp["by_role"][role] = ecmp["by_role"].get(role, 0) + k
     jobs = []
     a2a: set[tuple[str, int]] = set()  # (model, ranks) of the all-to-alls, for the note
     for call in plan.calls:
