@@ -50,13 +50,15 @@ ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as 
 
 def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
     """The arguments `replay` and `sim` share: the trace, the fabrics and routings, the plan."""
-    p.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory (default: the built-in "
-                                                             "recording, mapped onto 16 ranks)")
+    p.add_argument("trace", nargs="?", metavar="TRACE",
+                   help="trace file or directory, llm:SPEC, or `builtin` (the built-in CPU recording, mapped onto 16 "
+                        "ranks); default: the main job, a 16-GPU slice of the GPT-3 175B step (TP4 PP2 DP2) on "
+                        "dual-plane-16-servers (adaptive) and pyramid-16-servers (ecmp)")
     p.add_argument("--topology", action="append", metavar="T",
                    help="topology file or shipped name; repeat for a side-by-side comparison "
-                        "(default: dual-plane-16 and pyramid-16)")
+                        "(default: the main job's fabrics; for a TRACE, dual-plane-16 and pyramid-16)")
     p.add_argument("--routing", action="append", metavar="R",
-                   help=ROUTING_HELP + "; one per --topology (default: adaptive, and ecmp for pyramid-16)")
+                   help=ROUTING_HELP + "; one per --topology (default: adaptive, and ecmp for the pyramid)")
     p.add_argument("--ranks", type=int, help="map a data-parallel trace onto this many ranks "
                                              "(default: every host for a single-rank trace)")
     p.add_argument("--placement", default="block", help=PLACEMENT_HELP)

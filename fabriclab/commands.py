@@ -216,6 +216,35 @@ def _show_workload(workload: Any, rank_asked: int | None, as_json: bool, extra: 
     return 0
 
 
+#: The main job (`fabriclab replay` and `sim` with no TRACE; `scripts/lab run`): a 16-GPU slice of the GPT-3 175B
+#: step (the 175B layer shape, 8 of its 96 layers, TP4 in each of 4 servers, PP2 and DP2 across them, 4
+#: micro-batches) on two server-wired 16-GPU fabrics, where every DP and PP byte leaves its server's edge switch:
+#: through the pyramid's 2:1 ToR uplinks (ECMP), or the dual-plane's non-blocking leaves (adaptive)
+MAIN_TRACE = ("llm:gpt3-175b,name=gpt3-175b-slice16,model.layers=8,parallel.tp=4,parallel.pp=2,parallel.dp=2,"
+              "global_batch=8,gpus_per_server=4")
+MAIN_TOPOLOGIES = ("dual-plane-16-servers", "pyramid-16-servers")
+#: the main job's dilation on the emulator: its 50 MB pipeline transfers at two of the shaper's bursts and more
+#: (at the automatic dilation, chosen for its GB-sized gradient buckets, they would leave faster than the links)
+MAIN_DILATION = 122.0
+#: a TRACE of this name (and no such file) is the built-in CPU recording (the main job before issue 27)
+BUILTIN_NAME = "builtin"
+
+
+def _main_job(args: argparse.Namespace) -> bool:
+    """With no TRACE, the main job's: its trace, fabrics (unless given) and emulation dilation (unless
+    given) put on `args`; True then. A TRACE named `builtin` is the built-in recording."""
+    if args.trace:
+        return False
+    args.trace = MAIN_TRACE
+    if not args.topology:
+        if args.routing:
+            raise FabriclabError("--routing needs --topology (one per topology)")
+        args.topology, args.routing = list(MAIN_TOPOLOGIES), ["adaptive", "ecmp"]
+    if getattr(args, "dilation", None) is None and hasattr(args, "dilation"):
+        args.dilation = MAIN_DILATION
+    return True
+
+
 def _replay_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
     topologies = args.topology or ["dual-plane-16", "pyramid-16"]
     routings = args.routing or (["adaptive", "ecmp"] if not args.topology else ["adaptive"] * len(topologies))
@@ -228,10 +257,13 @@ def _replay_pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 
 def _trace(args: argparse.Namespace) -> tuple[str, str]:
-    """The trace to run (the built-in recording by default) and its label."""
+    """The trace to run (the built-in recording when none is given, or one named `builtin` that is no
+    file) and its label."""
     from traffic.traces import BUILTIN_TRACE
 
-    return (args.trace, args.trace) if args.trace else (str(BUILTIN_TRACE), f"builtin ({BUILTIN_TRACE.name})")
+    if args.trace and not (args.trace == BUILTIN_NAME and not Path(BUILTIN_NAME).exists()):
+        return args.trace, args.trace
+    return str(BUILTIN_TRACE), f"builtin ({BUILTIN_TRACE.name})"
 
 
 def numpy_hugepage_advice_off() -> None:
@@ -286,12 +318,17 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     from traffic.replay import ReplayOptions, default_ports
     from traffic.traces import default_ranks, load
 
+    main_job = _main_job(args)
     trace, label = _trace(args)
+    if main_job:
+        label = "gpt3-175b-slice16"
     workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops,
                     world_size=getattr(args, "world_size", None))
     pairs = _replay_pairs(args)
     fabrics = [(topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
-    ranks = default_ranks(args.ranks, args.trace)
+    from traffic.traces import BUILTIN_TRACE
+
+    ranks = default_ranks(args.ranks, None if trace == str(BUILTIN_TRACE) else args.trace)
     common = {"ranks": ranks, "placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
               "repeat": args.repeat, "compute_gap_us": args.compute_gap_us or 0.0, "step_ops": args.step_ops}
     if backend == "emulation":
@@ -324,18 +361,68 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         log(f"[fabriclab] {fab.name} ({routing}): report in {sub / 'report.html'}")
     if len(results) == 2:
         report.write_comparison(results[0][1], results[1][1], out)
+    check = None
+    if backend == "emulation" and main_job and len(results) == 2:
+        # the simulator on the same plan and fabrics, beside the emulator's figures (issue 27: their
+        # dual-plane / pyramid step ratios agree within 20%)
+        log("[fabriclab] the same on the simulator (seconds)")
+        sims = [run_workload(workload, label, fab, routing,
+                             dataclasses.replace(ReplayOptions(**common), ports=default_ports(routing, args.ports),  # type: ignore[arg-type]
+                                                 seed=args.seed), Simulated(_main_sim_options())).result
+                for fab, routing in fabrics]
+        check = _emulated_and_simulated([r for _, r in results], sims)
+        (out / "simulated.json").write_text(json.dumps(check, indent=2))
     if args.json:
         print(json.dumps({"runs": [{"dir": str(d), "summary": report.summarize(r).to_dict()} for d, r in results],
                           "comparison": report.compare(results[0][1], results[1][1]).to_dict()
-                          if len(results) == 2 else None}, indent=2))
+                          if len(results) == 2 else None, **({"simulated": check} if check else {})}, indent=2))
     elif len(results) == 2:
         print(report.format_comparison(report.compare(results[0][1], results[1][1])))
+        if check:
+            print(_format_check(check))
         print(f"reports      {out / 'comparison.html'}, {results[0][0] / 'report.html'}, "
               f"{results[1][0] / 'report.html'}")
     else:
         print(report.format_summary(report.summarize(results[0][1])))
         print(f"report       {results[0][0] / 'report.html'}")
     return 0
+
+
+def _main_sim_options() -> Any:
+    """The simulator's defaults (`fabriclab sim`'s: the default latency)."""
+    from fabriclab.compare import default_sim_options
+
+    numpy_hugepage_advice_off()
+    return dataclasses.replace(default_sim_options(), poll_s=0.01)
+
+
+def _emulated_and_simulated(emulated: list[Any], simulated: list[Any]) -> dict[str, Any]:
+    """The two fabrics' mean steps on the emulator and the simulator, and their ratios (b / a)."""
+    from traffic import report
+
+    def steps(rs: list[Any]) -> list[float]:
+        out = []
+        for r in rs:
+            p = report.summarize(r).step_time_us
+            if p is None:
+                raise FabriclabError(f"{r.meta.topology}: the run has no steps")
+            out.append(p.mean)
+        return out
+
+    emu, sim = steps(emulated), steps(simulated)
+    return {"fabrics": [r.meta.topology for r in emulated], "emulated_step_us": emu, "simulated_step_us": sim,
+            "emulated_ratio": emu[1] / emu[0], "simulated_ratio": sim[1] / sim[0],
+            "agreement": (emu[1] / emu[0]) / (sim[1] / sim[0])}
+
+
+def _format_check(c: dict[str, Any]) -> str:
+    from traffic.formatting import format_us
+
+    a, b = c["fabrics"]
+    return (f"simulated    the same plan on the flow-level simulator: {b} / {a} step "
+            f"{format_us(c['simulated_step_us'][1])} / {format_us(c['simulated_step_us'][0])} = "
+            f"{c['simulated_ratio']:.3f}x (emulated {c['emulated_ratio']:.3f}x; ratio of ratios "
+            f"{c['agreement']:.3f})")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -461,7 +548,9 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
                                                              for r in workload.ranks))
     pairs = _replay_pairs(args)
     fabrics = [(topofile.load(t), r) for t, r in pairs]
-    ranks = default_ranks(args.ranks, args.trace)
+    from traffic.traces import BUILTIN_TRACE
+
+    ranks = default_ranks(args.ranks, None if trace == str(BUILTIN_TRACE) else args.trace)
     out: list[dict[str, Any]] = []
     for fab, routing in fabrics:
         ports = default_ports(routing, args.ports)

@@ -85,6 +85,6 @@ def test_sim_and_compare_default_to_the_stated_latency_and_say_so(tmp_path):
     zero = _sim_options(build_parser().parse_args(["sim", "--per-transfer-us", "0", "--per-hop-us", "0"]))
     assert (zero.per_transfer_s, zero.per_hop_s) == (0.0, 0.0)
     out = tmp_path / "sim"
-    assert main(["sim", "--topology", "dual-plane-16", "--out", str(out), "--json"]) == 0
+    assert main(["sim", "builtin", "--topology", "dual-plane-16", "--out", str(out), "--json"]) == 0
     notes = " ".join(json.loads((out / "result.json").read_text())["meta"]["notes"])
     assert f"{DEFAULT_PER_TRANSFER_US:g} us per transfer, {DEFAULT_PER_HOP_US:g} us per hop" in notes

@@ -124,9 +124,32 @@ def test_a_job_waits_for_the_jobs_it_lists():
         simulate(fab, EcmpPolicy(PathTable(fab)), [Job(one, place, after=(1,)), Job(one, place)])
 
 
+def test_the_main_job_on_the_simulator_loads_the_pyramid_s_tor_uplinks(tmp_path: Path, capsys):
+    # no TRACE: the GPT-3 175B slice (TP4 in each of 4 servers, PP2, DP2) on the server-wired 16-GPU fabrics.
+    # pyramid-16-servers: a server's 4 GPUs under one ToR with 2 x 400G uplinks, so when its 4 pipeline
+    # sends leave at once they share 800G: at most 200 Gbit/s each, half the NIC. dual-plane-16-servers:
+    # each GPU's 2 x 200G into non-blocking leaves, nothing shared beyond its own NIC ports
+    out = tmp_path / "main"
+    assert main(["sim", "--out", str(out), "--json"]) == 0
+    runs = {Path(r["dir"]).name: r["summary"] for r in json.loads(capsys.readouterr().out)["runs"]}
+    assert list(runs) == ["dual-plane-16-servers-adaptive", "pyramid-16-servers-ecmp"]
+    dual = load_result(out / "dual-plane-16-servers-adaptive")
+    pyr = load_result(out / "pyramid-16-servers-ecmp")
+    assert dual.meta.workload == "gpt3-175b-slice16" and dual.meta.ranks == 16
+
+    def pp_busbw(r):
+        pp = [c for c in r.collectives if c.stream == "pp"]
+        return sum(c.size_bytes * 8 for c in pp) / sum(c.duration_real_us / 1e6 for c in pp)
+
+    assert pp_busbw(pyr) <= 200e9 * 1.001
+    assert pp_busbw(dual) > 1.5 * 200e9  # no such cap: its NIC (shared with the DP buckets at times) is the bound
+    step = {n: min(s.step_us for s in load_result(out / n).steps if s.rank == -1) for n in runs}
+    assert step["pyramid-16-servers-ecmp"] > 1.2 * step["dual-plane-16-servers-adaptive"]
+
+
 def test_sim_cli_default_compares_the_two_fabrics_and_writes_reports(tmp_path: Path, capsys):
     out = tmp_path / "sim"
-    assert main(["sim", "--out", str(out), "--json"]) == 0
+    assert main(["sim", "builtin", "--out", str(out), "--json"]) == 0  # the built-in recording, by name
     summary = json.loads(capsys.readouterr().out)
     assert [Path(r["dir"]).name for r in summary["runs"]] == ["dual-plane-16-adaptive", "pyramid-16-ecmp"]
     assert (out / "comparison.html").is_file()
@@ -147,7 +170,7 @@ def test_sim_cli_forwarding_is_chosen_and_named_in_the_report(tmp_path: Path, ca
     runs = {}
     for fwd in ("store-and-forward", "cut-through"):
         out = tmp_path / fwd
-        assert main(["sim", "--topology", "pyramid-16", "--routing", "ecmp", "--forwarding", fwd, "--out", str(out),
+        assert main(["sim", "builtin", "--topology", "pyramid-16", "--routing", "ecmp", "--forwarding", fwd, "--out", str(out),
                      "--json"]) == 0
         (summary,) = json.loads(capsys.readouterr().out)["runs"]
         runs[fwd] = load_result(Path(summary["dir"]))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
 import os
 import select
@@ -106,22 +107,38 @@ def test_interrupted_run_tears_everything_down(sig, sigint_ignored):
 
 
 def test_readme_main_command_as_written(tmp_path):
-    # the README's first command, exactly: set-up (idempotent here) and the main job on its defaults,
-    # the built-in trace replayed on dual-plane-16 (adaptive) and pyramid-16 (ecmp), side by side
+    # the README's first command, exactly: set-up (idempotent here) and the main job on its defaults, a
+    # 16-GPU slice of the GPT-3 175B step replayed on dual-plane-16-servers (adaptive) and
+    # pyramid-16-servers (ecmp), side by side, then the same plan on the simulator
     out = tmp_path / "replay"
     res = subprocess.run(["bash", "scripts/lab", "run", "--out", str(out)], cwd=ROOT, capture_output=True,
                          text=True, timeout=1500)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert "a  dual-plane-16 / adaptive: builtin" in res.stdout and "b  pyramid-16 / ecmp: builtin" in res.stdout
-    for row in ("step time mean", "step time p99", "busbw all_reduce", "communication share", "hottest link"):
+    assert "a  dual-plane-16-servers / adaptive: gpt3-175b-slice16" in res.stdout
+    assert "b  pyramid-16-servers / ecmp: gpt3-175b-slice16" in res.stdout
+    for row in ("step time mean", "busbw send_recv", "communication share", "MFU", "hottest link", "simulated"):
         assert row in res.stdout, row
-    for f in ("comparison.html", "dual-plane-16-adaptive/report.html", "pyramid-16-ecmp/report.html",
-              "dual-plane-16-adaptive/result.json", "pyramid-16-ecmp/steps.csv"):
+    for f in ("comparison.html", "dual-plane-16-servers-adaptive/report.html", "pyramid-16-servers-ecmp/report.html",
+              "dual-plane-16-servers-adaptive/result.json", "pyramid-16-servers-ecmp/steps.csv", "simulated.json"):
         assert (out / f).exists(), f
-    # 16 ranks, 6 recorded steps, 2 all-reduces each, every one replayed on both fabrics
-    for run in ("dual-plane-16-adaptive", "pyramid-16-ecmp"):
+    for run in ("dual-plane-16-servers-adaptive", "pyramid-16-servers-ecmp"):
         data = json.loads((out / run / "result.json").read_text())
-        assert data["meta"]["ranks"] == 16 and len(data["collectives"]) == 12
+        assert data["meta"]["ranks"] == 16
+        # server-wired: every DP and PP byte leaves its server's edge switch (the pyramid's 2:1 ToR uplinks)
+        fabric_bytes = sum(l["emu_bytes"] for l in data["links"] if l["tier"] == "fabric")
+        host_bytes = sum(l["emu_bytes"] for l in data["links"] if l["tier"] == "host")
+        assert fabric_bytes > 0.5 * host_bytes, (run, fabric_bytes, host_bytes)
+    # issue 27: the emulated dual-plane / pyramid step ratio within 20% of the simulator's on the same plan
+    # (the step times themselves come from each run's result files, not from the printed table)
+    check = json.loads((out / "simulated.json").read_text())
+    means = []
+    for run in ("dual-plane-16-servers-adaptive", "pyramid-16-servers-ecmp"):
+        with (out / run / "steps.csv").open(newline="") as f:
+            slowest = [float(r["step_us"]) for r in csv.DictReader(f) if r["rank"] == "-1"]
+        means.append(sum(slowest) / len(slowest))
+    assert means[1] / means[0] == pytest.approx(check["emulated_ratio"], rel=1e-6)
+    assert 0.8 <= check["emulated_ratio"] / check["simulated_ratio"] <= 1.2, check
+    assert check["simulated_ratio"] > 1.2  # the pyramid is slower here, and the simulator says why (tests/test_sim.py)
 
 
 def descendants(pid: int) -> set[int]:

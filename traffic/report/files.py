@@ -43,11 +43,13 @@ def _collectives_csv(path: Path, colls: Sequence[CollectiveResult]) -> Path:
 def _steps_csv(path: Path, steps: Sequence[StepResult]) -> Path:
     """Every step row, with its utilisation and communication share, and `slowest` = 1 on the rows the
     summary is over."""
-    names = [f.name for f in fields(StepResult)]
+    names = [f.name for f in fields(StepResult) if f.name != "exposed_by_stream_us"]
+    streams = sorted({k for s in steps for k in s.exposed_by_stream_us})  # one column each: exposed_<stream>_us
     used = {id(s) for s in slowest_steps(steps)}
     ordered = sorted(steps, key=lambda s: (s.repeat, s.step, s.rank))
-    return _write_csv(path, names + ["utilisation", "comm_share", "slowest"],
-                      ([getattr(s, n) for n in names] + [s.utilisation, s.comm_share, id(s) in used] for s in ordered))
+    return _write_csv(path, names + [f"exposed_{k}_us" for k in streams] + ["utilisation", "comm_share", "slowest"],
+                      ([getattr(s, n) for n in names] + [s.exposed_by_stream_us.get(k, 0.0) for k in streams]
+                       + [s.utilisation, s.comm_share, id(s) in used] for s in ordered))
 
 
 def _links_csv(path: Path, stats: Sequence[LinkStats]) -> Path:
