@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
 
@@ -327,19 +328,25 @@ _POD = {"pyramid": ("hosts_per_tor", "tors_per_pod")}
 _PER_EDGE = {"dual_plane": ("hosts_per_leaf", 4), "leaf_spine": ("hosts_per_leaf", 4),
              "pyramid": ("hosts_per_tor", 4)}
 
-_RAIL_SUFFIX = "-rail"
+#: name endings kept after the host count (`dual-plane-1024-rail` at 128: `dual-plane-128-rail`)
+_SUFFIXES = ("-rail", "-servers")
 
 
-def scaled(path: str | Path, hosts: int) -> Fabric:
+def scaled(path: str | Path, hosts: int, overrides: Mapping[str, Any] | None = None) -> Fabric:
     """The fabric of a builder topology file at `hosts` hosts: the same builder and parameters (NIC
     rates, hosts per edge switch, oversubscription, spines), `hosts` replaced; a pyramid's pods hold
     at most the ToRs there are (`tors_per_pod` = min(its value, ToRs)). With servers of G GPUs,
     `hosts` must be a multiple of G; a rail-wired fabric with fewer servers than a rail group has
     its hosts per edge switch cut to the servers there are. Named like the file with the host count
     replaced (`dual-plane-1024` at 128 hosts: `dual-plane-128`; `dual-plane-1024-rail`:
-    `dual-plane-128-rail`)."""
+    `dual-plane-128-rail`, `pyramid-1024-servers`: `pyramid-128-servers`). `overrides`: builder parameters replaced before it is built (e.g.
+    `{"oversubscription": 4.0}`), checked as a file's are."""
     builder, params = template(path)
     name = str(params.pop("name"))
+    for k, v in (overrides or {}).items():
+        if k in ("hosts", "name"):
+            raise TopologyError(f"{path}: '{k}' cannot be overridden (the size and name are set by scaling)")
+        params[k] = v
     params["hosts"] = hosts
     g = params.get("gpus_per_server", 1)
     if isinstance(g, int) and g > 1 and hosts % g:
@@ -355,11 +362,12 @@ def scaled(path: str | Path, hosts: int) -> Fabric:
         edges = -(-hosts // int(params.get(per_edge, 4)))
         if per_pod in params:
             params[per_pod] = max(1, min(int(params[per_pod]), edges))
-    suffix = _RAIL_SUFFIX if name.endswith(_RAIL_SUFFIX) else ""
+    suffix = next((x for x in _SUFFIXES if name.endswith(x)), "")
     base = name[: len(name) - len(suffix)]
     stem, dash, count = base.rpartition("-")
     params["name"] = (f"{stem}-{hosts}" if dash and count.isdigit() else f"{base}-{hosts}") + suffix
-    return from_dict({"builder": builder, "params": params}, f"{path} at {hosts} hosts")
+    where = f"{path} at {hosts} hosts" + (f" with {', '.join(f'{k}={v}' for k, v in overrides.items())}" if overrides else "")
+    return from_dict({"builder": builder, "params": params}, where)
 
 
 def dumps(fab: Fabric) -> str:

@@ -209,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="LLM steps only: every series again with these straggler overrides (default when given "
                          "alone: stragglers.jitter_cv=0.05, a lognormal compute jitter of CV 5%% per GPU and step; "
                          "add steps=N to the spec for a p99 over steps)")
+    cp.add_argument("--sensitivity", action="store_true",
+                    help="then, at the largest size, a sweep of the conditions the vendor's figures may need "
+                         "(the pyramid at 1:1 and 4:1, ECMP's ports planned, the dual-plane's hashed, a fragmented "
+                         "job, kernels at 80%% of peak, all at once): each vendor figure judged 'reproduced', "
+                         "'reproduced only if ...' or 'not reproduced', its arithmetic checked, the stragglers "
+                         "its tail needs, the production anchors (docs/simulator.md#sensitivity)")
     cp.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512, 1024], metavar="N",
                     help="GPUs (one per host); the smallest is the scaling base (default 128 256 512 1024)")
     cp.add_argument("--placement", default="block", help=PLACEMENT_HELP)

@@ -450,7 +450,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.step_ops is not None:  # only when given: rows cached without it keep their keys
         options["step_ops"] = args.step_ops
     t0 = time.monotonic()
-    meta = {"trace": label, "series": [dataclasses.asdict(s) for s in series], "sizes": sorted(set(args.sizes)),
+    meta = {"trace": label, "series": [s.doc() for s in series], "sizes": sorted(set(args.sizes)),
             "options": options, "sim": dataclasses.asdict(sim), "lockstep": args.lockstep,
             "all_to_all": args.all_to_all, **({"stragglers": args.stragglers} if args.stragglers is not None else {})}
     expected = len(series) * len(set(args.sizes)) * (2 if args.stragglers is not None else 1)
@@ -476,14 +476,61 @@ def cmd_compare(args: argparse.Namespace) -> int:
             if main:
                 signal.signal(signal.SIGTERM, previous)
     seed = cmp.seed_check(rows)
-    paths = cmp.write(rows, seed, Path(args.out), meta | {"complete": True, "rows_expected": expected,
-                                                          "wall_s": time.monotonic() - t0}, sim)
+    meta |= {"complete": True, "rows_expected": expected, "wall_s": time.monotonic() - t0}
+    sens = _sensitivity(args, trace, label, series, options, sim, rows, seed, meta) if args.sensitivity else None
+    from fabriclab.sensitivity import format_section
+
+    sens_text = format_section(sens) if sens is not None else ""
+    paths = cmp.write(rows, seed, Path(args.out), meta, sim, sens, sens_text)
     if args.json:
         print(paths[0].read_text())
     else:
         print(cmp.format_table(rows, seed, sim))
+        if sens_text:
+            print()
+            print(sens_text)
         print(f"wrote        {', '.join(str(p) for p in paths)}")
     return 0
+
+
+def _sensitivity(args: argparse.Namespace, trace: str, label: str, series: list[Any], options: dict[str, Any],
+                 sim: Any, rows: list[Any], seed: list[Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """`compare --sensitivity`: the sweep's rows at the largest size (`fabriclab.sensitivity`), cached
+    like the table's, each written as it finishes; its section, with the sweep's wall time."""
+    from fabriclab import compare as cmp
+    from fabriclab import sensitivity as sens_mod
+
+    gpus = max(args.sizes)
+    sweep = sens_mod.sweep_series(series, cmp.is_llm(trace))
+    if not sweep:
+        raise FabriclabError("--sensitivity needs a pyramid or a dual-plane series (its points change those)")
+    t0 = time.monotonic()
+
+    def section(sweep_rows: list[Any]) -> dict[str, Any]:
+        doc = sens_mod.analyse(rows, sweep_rows, gpus, trace)
+        return doc | {"rows": [dataclasses.asdict(r) for r in sweep_rows], "rows_expected": len(sweep),
+                      "complete": len(sweep_rows) == len(sweep), "wall_s": time.monotonic() - t0}
+
+    def partial(sweep_rows: list[Any]) -> None:
+        doc = section(sweep_rows)
+        cmp.write(rows, seed, Path(args.out), meta, sim, doc, sens_mod.format_section(doc))
+
+    with ProgressView("sensitivity", quiet=args.json) as view:
+        def shown(p: Any) -> None:
+            view.items(p.rows_done, p.rows)
+            view.running({r.label: (r.bytes_share, r.describe()) for r in p.running})
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _interrupted) if main else None
+        try:
+            sweep_rows = cmp.compare(trace, sweep, [gpus], options=options, sim=sim, label=label,
+                                     cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
+                                     progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all,
+                                     on_rows=partial)
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+    return section(sweep_rows)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -83,6 +83,17 @@ class CompareError(FabriclabError):
 class Series:
     topology: str  # a builder topology file or shipped name, built at each size
     routing: str
+    # a variant of the series (the sensitivity sweep's points, `fabriclab.sensitivity`): its name (the rows'
+    # `variant`), builder parameters replaced in the template (`topofile.scaled`'s overrides), replay options
+    # replaced (e.g. ("ports", "planned")) and LLM spec overrides ("key=value,...")
+    variant: str = ""
+    params: tuple[tuple[str, Any], ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()
+    extra: str = ""
+
+    def doc(self) -> dict[str, Any]:
+        """The series as JSON: the fields that are set (a plain series is its topology and routing)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k in ("topology", "routing") or v}
 
 
 DEFAULT_SERIES = (Series("pyramid-1024", "ecmp"), Series("dual-plane-1024", "adaptive"))
@@ -149,7 +160,7 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
             _PROGRESS_QUEUE.put((task["index"], dataclasses.asdict(p)))
 
     tell(RunProgress("load"))
-    fab = topofile.scaled(task["topology"], task.get("cluster_gpus") or task["gpus"])
+    fab = topofile.scaled(task["topology"], task.get("cluster_gpus") or task["gpus"], task.get("params"))
     workload = load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None,
                     collectives_per_step=task["opts"].get("step_ops"))
     opts = ReplayOptions(**task["opts"])
@@ -290,7 +301,8 @@ def code_digest() -> str:
 
 def _key(task: dict[str, Any], trace: str, code: str) -> str:
     template = topofile.template(task["topology"])
-    doc = {"v": CACHE_VERSION, "trace": trace, "template": template, "routing": task["routing"],
+    doc = {"v": CACHE_VERSION, "trace": trace, "template": template, "params": task.get("params") or {},
+           "routing": task["routing"],
            "gpus": task["gpus"], "opts": task["opts"], "sim": task["sim"], "a2a": task["all_to_all"], "code": code}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -383,17 +395,26 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
         raise CompareError("stragglers are a generated LLM step's (llm:SPEC or --model); this trace has its own timings")
     variants = [("", "")] + ([("stragglers", stragglers)] if stragglers is not None else [])
     ReplayOptions(**base_opts).check()  # a malformed option fails first, as the replay words it
-    how = str(base_opts.get("placement", "block"))
-    frag = parse_fragmented(how)
+    if any(s.extra for s in series) and not llm:
+        raise CompareError("spec overrides of a series are a generated LLM step's (llm:SPEC or --model)")
     tasks: list[dict[str, Any]] = []
-    for s, (variant, extra) in ((s, v) for s in series for v in variants):
+    for s, (v_name, v_extra) in ((s, v) for s in series for v in variants):
         load_policy(s.routing)  # a bad routing fails before anything runs
+        variant = "+".join(x for x in (s.variant, v_name) if x)
+        extra = ",".join(x for x in (s.extra, v_extra) if x)
+        s_opts = base_opts | dict(s.options)
+        unknown = set(s_opts) - {f.name for f in dataclasses.fields(ReplayOptions)}
+        if unknown:
+            raise CompareError(f"{s.topology} {s.variant}: unknown replay option(s): {', '.join(sorted(unknown))}")
+        how = str(s_opts.get("placement", "block"))
+        frag = parse_fragmented(how)
         for n in sizes:
             cluster = cluster_gpus(n, frag[0]) if frag is not None else n
-            fab = topofile.scaled(s.topology, cluster)  # so does a size the template cannot be built at
+            # so does a size (or a parameter) the template cannot be built at
+            fab = topofile.scaled(s.topology, cluster, dict(s.params))
             name = fab.name
             spec = llm_spec_at(str(trace), n, extra) if llm else str(trace)
-            opts = {"ports": default_ports(s.routing, base_opts.get("ports", "auto")), **base_opts, "ranks": n}
+            opts = {"ports": default_ports(s.routing, s_opts.get("ports", "auto")), **s_opts, "ranks": n}
             if opts.get("algorithm", "ring") == "ring" and n > FLAT_RING_MAX:
                 opts["algorithm"] = "hierarchical"
             ReplayOptions(**opts).check()
@@ -406,7 +427,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
             tasks.append({"index": len(tasks), "row": f"{name} {s.routing} ({n} GPUs{', ' + variant if variant else ''})",
                           "trace": spec, "label": label or str(trace), "variant": variant,
                           "cluster_gpus": cluster if cluster != n else 0,
-                          "topology": s.topology, "routing": s.routing, "gpus": n, "opts": opts,
+                          "topology": s.topology, "params": dict(s.params), "routing": s.routing, "gpus": n, "opts": opts,
                           "sim": {**sim_doc, "lockstep": lock}, "all_to_all": all_to_all})
     results: dict[int, dict[str, Any]] = {}
     keys: dict[int, str] = {}
@@ -652,15 +673,21 @@ def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = (), sim: 
 
 
 def write(rows: Sequence[Row], seed: Sequence[dict[str, Any]], out_dir: Path, meta: dict[str, Any],
-          sim: SimOptions | None = None) -> list[Path]:
+          sim: SimOptions | None = None, sensitivity: dict[str, Any] | None = None, sensitivity_text: str = ""
+          ) -> list[Path]:
+    """compare.json, .csv and .txt in `out_dir`; `sensitivity`: the sweep's section
+    (`fabriclab.sensitivity.analyse`, its rows in `sensitivity["rows"]`) and its text (`format_section`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "compare.json", out_dir / "compare.csv", out_dir / "compare.txt"]
-    paths[0].write_text(json.dumps({"meta": meta, "rows": [dataclasses.asdict(r) for r in rows], "seed": list(seed)},
-                                   indent=2, default=str))
+    doc = {"meta": meta, "rows": [dataclasses.asdict(r) for r in rows], "seed": list(seed)}
+    if sensitivity is not None:
+        doc["sensitivity"] = sensitivity
+    paths[0].write_text(json.dumps(doc, indent=2, default=str))
     with paths[1].open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=[fld.name for fld in dataclasses.fields(Row)])
         w.writeheader()
         for r in rows:
             w.writerow(dataclasses.asdict(r))
-    paths[2].write_text(format_table(rows, seed, sim) + "\n")
+    text = format_table(rows, seed, sim) + (f"\n\n{sensitivity_text}" if sensitivity_text else "")
+    paths[2].write_text(text + "\n")
     return paths

@@ -32,6 +32,7 @@ remainder, which is what makes the identity a check.
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -214,16 +215,21 @@ def compose_step(step: Step, durations_us: Sequence[float] | None = None) -> Ste
     new_span: dict[int, Interval] = {}
     stream_free: dict[str, float] = {}
 
+    by_end: list[tuple[float, int]] = []  # the placed collectives by recorded end (for `waited_before`)
+
     def place(j: int) -> None:
         start = max(clock.map(starts[j]), stream_free.get(colls[j].stream, -math.inf))
         new_span[j] = (start, start + durs[j])
         stream_free[colls[j].stream] = start + durs[j]
+        bisect.insort(by_end, (rec_end[j], j))
 
     def waited_before(t_rec: float) -> list[tuple[float, float]]:
         """(recorded end, composed end) of the collectives that ended in the compute stream's idle gap
         before `t_rec` and started before it."""
         prev_rec = clock.prev_ends()[0]
-        return [(rec_end[j], new_span[j][1]) for j in new_span if starts[j] < t_rec and prev_rec < rec_end[j] <= t_rec]
+        lo = bisect.bisect_right(by_end, (prev_rec, math.inf))
+        hi = bisect.bisect_right(by_end, (t_rec, math.inf))
+        return [(e, new_span[j][1]) for e, j in by_end[lo:hi] if starts[j] < t_rec]
 
     order = sorted(range(len(colls)), key=lambda j: (starts[j], j))
     nxt = 0

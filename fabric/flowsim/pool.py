@@ -5,6 +5,8 @@ them; a completed job's transfer times are kept apart (if the options ask for th
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from fabric.flowsim.maxmin import FloatArray, IntArray
@@ -32,6 +34,10 @@ class TransferPool:
         self.start_s = self.end_s = self.sent_s = np.zeros(0)
         self._grow(0)  # each its own array
         self.base: dict[int, int] = {}  # active job -> its first index in the pool
+        # the free ranges below `top` (sorted, coalesced) and the end of the highest range in use: so a
+        # job is placed first-fit without walking the active jobs (thousands run at once at 1024 GPUs)
+        self._holes: list[list[int]] = []
+        self._top = 0
         self.kept_start: dict[int, FloatArray] = {}  # completed job -> its transfers' times (transfer_times)
         self.kept_end: dict[int, FloatArray] = {}
 
@@ -58,15 +64,36 @@ class TransferPool:
     def _allocate(self, j: int, n: int) -> int:
         """A range of n free pool entries for job j (the first gap between active jobs that fits, or
         the end, the pool grown as needed); returns its first index."""
-        at = 0
-        for b, size in sorted((self.base[k], len(self.template(k).size)) for k in self.base):
-            if b - at >= n:
+        at = -1
+        for i, hole in enumerate(self._holes):
+            if hole[1] - hole[0] >= n:
+                at = hole[0]
+                if hole[1] - hole[0] == n:
+                    del self._holes[i]
+                else:
+                    hole[0] += n
                 break
-            at = max(at, b + size)
+        if at < 0:
+            at = self._top
+            self._top += n
         if at + n > self.cap:
             self._grow(max(at + n, 2 * self.cap))
         self.base[j] = at
         return at
+
+    def _free(self, a: int, b: int) -> None:
+        """The range [a, b) is free again: a hole, joined to its neighbours; the top lowered under it."""
+        holes = self._holes
+        i = bisect.bisect_left(holes, [a, b])
+        if i > 0 and holes[i - 1][1] == a:
+            i -= 1
+            holes[i][1] = b
+        else:
+            holes.insert(i, [a, b])
+        if i + 1 < len(holes) and holes[i + 1][0] == holes[i][1]:
+            holes[i][1] = holes.pop(i + 1)[1]
+        if holes[i][1] == self._top:
+            self._top = holes.pop(i)[0]
 
     def _grow(self, cap: int) -> None:
         """The pool's arrays at `cap` entries, what they hold kept."""
@@ -84,6 +111,8 @@ class TransferPool:
         if self.transfer_times:
             self.kept_start[j] = self.start_s[base:base + n].copy()
             self.kept_end[j] = self.end_s[base:base + n].copy()
+        if n:
+            self._free(base, base + n)
 
     def by_job(self, g: IntArray) -> list[tuple[int, IntArray]]:
         """Transfers `g` (pool indexes) grouped by job: (job, its transfers among `g`)."""
