@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -460,21 +461,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                   meta | {"complete": len(rows) == expected, "rows_expected": expected,
                           "wall_s": time.monotonic() - t0}, sim)
 
-    with ProgressView("compare", quiet=args.json) as view:
-        def shown(p: Any) -> None:
-            view.items(p.rows_done, p.rows)
-            view.running({r.label: (r.bytes_share, r.describe()) for r in p.running})
-
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _interrupted) if main else None  # workers end too (`_sweep`)
-        try:
-            rows = cmp.compare(trace, series, args.sizes, options=options, sim=sim, label=label,
-                               cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
-                               progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all, on_rows=partial,
-                               stragglers=args.stragglers)
-        finally:
-            if main:
-                signal.signal(signal.SIGTERM, previous)
+    rows = _compare_shown("compare", args, trace, series, args.sizes, options, sim, label, partial,
+                          stragglers=args.stragglers)
     seed = cmp.seed_check(rows)
     meta |= {"complete": True, "rows_expected": expected, "wall_s": time.monotonic() - t0}
     sens = _sensitivity(args, trace, label, series, options, sim, rows, seed, meta) if args.sensitivity else None
@@ -515,7 +503,17 @@ def _sensitivity(args: argparse.Namespace, trace: str, label: str, series: list[
         doc = section(sweep_rows)
         cmp.write(rows, seed, Path(args.out), meta, sim, doc, sens_mod.format_section(doc))
 
-    with ProgressView("sensitivity", quiet=args.json) as view:
+    return section(_compare_shown("sensitivity", args, trace, sweep, [gpus], options, sim, label, partial))
+
+
+def _compare_shown(title: str, args: argparse.Namespace, trace: str, series: Sequence[Any], sizes: Sequence[int],
+                   options: dict[str, Any], sim: Any, label: str, on_rows: Callable[[list[Any]], None],
+                   stragglers: str | None = None) -> list[Any]:
+    """`fabriclab.compare.compare` with the command's cache, jobs and models, its progress shown under
+    `title`, and SIGTERM ending it as Ctrl-C does (its workers end too: `compare._sweep`)."""
+    from fabriclab import compare as cmp
+
+    with ProgressView(title, quiet=args.json) as view:
         def shown(p: Any) -> None:
             view.items(p.rows_done, p.rows)
             view.running({r.label: (r.bytes_share, r.describe()) for r in p.running})
@@ -523,14 +521,13 @@ def _sensitivity(args: argparse.Namespace, trace: str, label: str, series: list[
         main = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGTERM, _interrupted) if main else None
         try:
-            sweep_rows = cmp.compare(trace, sweep, [gpus], options=options, sim=sim, label=label,
-                                     cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
-                                     progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all,
-                                     on_rows=partial)
+            return cmp.compare(trace, series, sizes, options=options, sim=sim, label=label,
+                               cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
+                               progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all, on_rows=on_rows,
+                               stragglers=stragglers)
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)
-    return section(sweep_rows)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -257,6 +258,13 @@ def trace_digest(trace: str | Path) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=64)
+def builder_of(topology: str) -> str:
+    """The builder of a topology template ("pyramid", "dual_plane", ...), read once per name (reading
+    builds the fabric: seconds for 1024 hosts)."""
+    return topofile.template(topology)[0]
+
+
 def is_llm(trace: str | Path) -> bool:
     return isinstance(trace, str) and trace.startswith("llm:")
 
@@ -403,7 +411,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
         variant = "+".join(x for x in (s.variant, v_name) if x)
         extra = ",".join(x for x in (s.extra, v_extra) if x)
         s_opts = base_opts | dict(s.options)
-        unknown = set(s_opts) - {f.name for f in dataclasses.fields(ReplayOptions)}
+        unknown = set(dict(s.options)) - {f.name for f in dataclasses.fields(ReplayOptions)}  # the base's: above
         if unknown:
             raise CompareError(f"{s.topology} {s.variant}: unknown replay option(s): {', '.join(sorted(unknown))}")
         how = str(s_opts.get("placement", "block"))
@@ -544,7 +552,7 @@ def seed_check(rows: Sequence[Row]) -> list[dict[str, Any]]:
     ran, whether the direction (which fabric is better) and the size (the dual-plane / pyramid ratio,
     within SIZE_TOLERANCE) were reproduced, and what differs where not."""
     def family(r: Row) -> str:
-        return topofile.template(r.topology)[0]
+        return builder_of(r.topology)
 
     def at(variant: str) -> tuple[Row, Row] | None:
         pyr = [r for r in rows if family(r) == "pyramid" and r.variant == variant]

@@ -26,6 +26,7 @@ model needs for the vendor's p99 / mean (`straggler_cv_for`), and the published 
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -33,8 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fabric import topofile
-from fabriclab.compare import SEED, SEED_BETTER, SIZE_TOLERANCE, Row, Series, is_llm
+from fabriclab.compare import SEED, SEED_BETTER, SIZE_TOLERANCE, Row, Series, builder_of, is_llm
 
 #: the fragmented point's placement: half of a cluster twice the job's size taken by other jobs, seeded
 FRAGMENTED = "fragmented:0.5:0"
@@ -77,8 +77,7 @@ def points(llm: bool) -> list[Point]:
     return out
 
 
-def family(topology: str) -> str:
-    return topofile.template(topology)[0]
+family = builder_of
 
 
 def sweep_series(series: Sequence[Series], llm: bool) -> list[Series]:
@@ -207,6 +206,7 @@ def seed_arithmetic() -> list[str]:
 
 # ---- stragglers: the variation the vendor's tail needs ----------------------------------------------
 
+@functools.lru_cache(maxsize=256)  # the same rows' figures are asked again at every finished row
 def p99_over_mean(cv: float, ranks: int, compute_share: float, *, common: bool = False, steps: int = 4000,
                   seed: int = 0) -> tuple[float, float]:
     """(p99 / mean of the step, mean step / the step without jitter) under the straggler model of
@@ -227,6 +227,7 @@ def p99_over_mean(cv: float, ranks: int, compute_share: float, *, common: bool =
     return float(np.percentile(step, 99) / step.mean()), float(step.mean())
 
 
+@functools.lru_cache(maxsize=64)
 def straggler_cv_for(target: float, ranks: int, compute_share: float, *, common: bool = False,
                      cv_max: float = 4.0) -> float | None:
     """The smallest CV whose `p99_over_mean` reaches `target` (bisection; the ratio grows with the CV), or
