@@ -15,6 +15,16 @@ runs at the NIC's bound, where NCCL at that size is latency-bound (2 x 1,023 ste
   tuning model, src/graph/tuning.cc): a pyramid's 6-link paths then cost two hops more, a path inside a
   leaf two fewer.
 
+- `DEFAULT_RESOLUTION_US`: the simulator's time resolution (`SimOptions.resolution_s`, `--resolution-us`):
+  flows that end, and deliveries and job starts that fall due, within this long after the first are
+  taken with it, so one rate computation serves them all. 1 ns by default: exact to the model. A
+  coarser one is a speed knob for steps of large transfers only: on a congested 1,024-GPU pyramid a
+  GPT-3 step recomputes its rates every few hundred ns (transfers whose paths differ by a hop are
+  delivered 0.65 µs apart), and 5 µs makes the row several times faster for a step 0.02% off; but every
+  event it takes early shortens a chain of small transfers (a ring step of 64 KB is ~15 µs), so
+  latency-bound collectives come out faster than the NIC allows. Measured: docs/simulator.md
+  ("Resolution").
+
 Not modelled: NCCL's per-call base latency (`baseLat`, a few µs per collective) and its LL/LL128
 protocols for small messages; in-server (NVLink) transfers pay neither delay. Sources and the
 resulting busbw-vs-size curves: docs/simulator.md ("Latency") and benchmarks/RESULTS.md.
@@ -34,3 +44,8 @@ LEAF_SPINE_PATH_LINKS = 4
 
 DEFAULT_PER_HOP_US = SWITCH_PORT_TO_PORT_US + PROPAGATION_US
 DEFAULT_PER_TRANSFER_US = NCCL_NET_RING_STEP_US - LEAF_SPINE_PATH_LINKS * DEFAULT_PER_HOP_US
+#: the simulator's time resolution by default (`fabriclab sim` and `fabriclab compare`, as `SimOptions`'), µs:
+#: events within it of one another are taken together (module docstring)
+DEFAULT_RESOLUTION_US = 0.001
+#: a coarser resolution for steps whose fabric transfers are MB-sized (the main job's 1,024-GPU verdict), µs
+COARSE_RESOLUTION_US = 5.0

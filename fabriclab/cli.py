@@ -33,7 +33,7 @@ import threading
 
 from fabric import topofile
 from fabric.errors import FabriclabError
-from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US
+from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
 from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_record, cmd_replay,
                                 cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up,
@@ -91,6 +91,12 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-hop-us", type=float, default=DEFAULT_PER_HOP_US,
                    help="latency per link of a transfer's path, real microseconds (default "
                         f"{DEFAULT_PER_HOP_US:g}: a 51.2T-class switch's port-to-port latency and 10 m of fibre)")
+    p.add_argument("--resolution-us", type=float, default=DEFAULT_RESOLUTION_US,
+                   help="the simulator's time resolution, real microseconds: flows that end and events that fall "
+                        "due within this long after the first are taken together, one rate computation for all "
+                        f"(default {DEFAULT_RESOLUTION_US:g}: exact to the model; e.g. 5: several times faster on "
+                        "congested fabrics for steps of MB-sized transfers, wrong for latency-bound ones; errors in "
+                        "docs/simulator.md)")
     p.add_argument("--forwarding", choices=["store-and-forward", "cut-through"], default="store-and-forward",
                    help="a transfer begins once those it depends on are delivered (store-and-forward, default), "
                         "or once they have begun, its bytes following theirs, as the replay's agents forward "
@@ -176,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--mbps-per-gbps", type=float, default=None,
                     help="emulated Mbit/s per real Gbit/s (default: the fastest host NIC at 1 Mbit/s, where the 2-core "
                          "machine stays faithful with every host busy on both planes, agents and controller included)")
+    rp.add_argument("--at-scale", type=int, default=1024, metavar="GPUS",
+                    help="the main job only: also the whole GPT-3 175B step at this many GPUs on the simulator, on "
+                         "server-wired fabrics of that size (pyramid-1024-servers, dual-plane-1024-servers), rows "
+                         "cached in --cache (default 1024; 0: none)")
+    rp.add_argument("--cache", default="results/compare/cache",
+                    help="where --at-scale's rows are cached (default results/compare/cache, as compare's)")
     rp.add_argument("--dilation", type=float, help="emulated time / real time (default: chosen so that "
                                                     "collectives are bandwidth-bound)")
     rp.add_argument("--sleep-compute", action="store_true",

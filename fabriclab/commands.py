@@ -227,6 +227,11 @@ MAIN_TOPOLOGIES = ("dual-plane-16-servers", "pyramid-16-servers")
 #: the main job's dilation on the emulator: its 50 MB pipeline transfers at two of the shaper's bursts and more
 #: (at the automatic dilation, chosen for its GB-sized gradient buckets, they would leave faster than the links)
 MAIN_DILATION = 122.0
+#: the main job's verdict at scale: the same preset (the whole GPT-3 175B step, DP grown to the size) on the
+#: simulator on server-wired fabrics of that size, wired as the main job's 16-GPU ones (a server's GPUs under one
+#: edge switch), pyramid first
+MAIN_SCALE_PRESET = "llm:gpt3-175b"
+MAIN_SCALE_SERIES = (("pyramid-1024-servers", "ecmp"), ("dual-plane-1024-servers", "adaptive"))
 #: a TRACE of this name (and no such file) is the built-in CPU recording (the main job before issue 27)
 BUILTIN_NAME = "builtin"
 
@@ -284,7 +289,7 @@ def numpy_hugepage_advice_off() -> None:
 
 
 def _sim_options(args: argparse.Namespace) -> Any:
-    """The simulator's options from `--per-transfer-us`, `--per-hop-us`, `--poll-ms` and `--forwarding`
+    """The simulator's options from `--per-transfer-us`, `--per-hop-us`, `--resolution-us`, `--poll-ms` and `--forwarding`
     (`_sim_args`); numpy's huge-page advice off (`numpy_hugepage_advice_off`)."""
     from fabric.flowsim import SimOptions
 
@@ -293,10 +298,13 @@ def _sim_options(args: argparse.Namespace) -> Any:
     if args.per_transfer_us < 0 or args.per_hop_us < 0:
         raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
                              f"and {args.per_hop_us:g}")
+    if not 0 <= args.resolution_us <= 1000:
+        raise FabriclabError(f"--resolution-us must be in [0, 1000], got {args.resolution_us:g}")
     if not args.poll_ms >= 0:
         raise FabriclabError(f"--poll-ms must be >= 0, got {args.poll_ms:g}")
     return SimOptions(per_transfer_s=args.per_transfer_us / 1e6, per_hop_s=args.per_hop_us / 1e6,
-                      poll_s=args.poll_ms / 1e3, cut_through=args.forwarding == "cut-through")
+                      poll_s=args.poll_ms / 1e3, cut_through=args.forwarding == "cut-through",
+                      resolution_s=args.resolution_us / 1e6)
 
 
 def _interrupted(signum: int, frame: object) -> None:
@@ -320,6 +328,9 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     from traffic.traces import default_ranks, load
 
     main_job = _main_job(args)
+    if main_job and backend == "emulation" and args.at_scale and (args.at_scale < 128 or args.at_scale % 64):
+        raise FabriclabError(f"--at-scale must be a multiple of 64 GPUs, at least 128 (the preset's TP8 x PP8 "
+                             f"replicas), or 0 for none; got {args.at_scale}")
     trace, label = _trace(args)
     if main_job:
         label = "gpt3-175b-slice16"
@@ -372,6 +383,8 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
                                                  seed=args.seed), Simulated(_main_sim_options())).result
                 for fab, routing in fabrics]
         check = _emulated_and_simulated([r for _, r in results], sims)
+        if args.at_scale:
+            check["at_scale"] = _at_scale(args, log)
         (out / "simulated.json").write_text(json.dumps(check, indent=2))
     if args.json:
         print(json.dumps({"runs": [{"dir": str(d), "summary": report.summarize(r).to_dict()} for d, r in results],
@@ -381,6 +394,8 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         print(report.format_comparison(report.compare(results[0][1], results[1][1])))
         if check:
             print(_format_check(check))
+            if "at_scale" in check:
+                print(_format_at_scale(check["at_scale"]))
         print(f"reports      {out / 'comparison.html'}, {results[0][0] / 'report.html'}, "
               f"{results[1][0] / 'report.html'}")
     else:
@@ -395,6 +410,51 @@ def _main_sim_options() -> Any:
 
     numpy_hugepage_advice_off()
     return dataclasses.replace(default_sim_options(), poll_s=0.01)
+
+
+def _at_scale(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    """The main job's verdict at `--at-scale` GPUs: `fabriclab compare` of the whole preset at that size on
+    the server-wired pyramid and dual-plane (`MAIN_SCALE_SERIES`), rows cached as compare's are (a second
+    run reads them); the two rows and the evidence for the difference."""
+    from fabriclab import compare as cmp
+
+    log(f"[fabriclab] the whole {MAIN_SCALE_PRESET[4:]} step at {args.at_scale} GPUs on the simulator "
+        f"(cached in {args.cache}; minutes the first time)")
+    series = [cmp.Series(t, r) for t, r in MAIN_SCALE_SERIES]
+    shown = argparse.Namespace(json=args.json, no_cache=False, cache=args.cache, jobs=None, lockstep="auto",
+                               all_to_all="auto")
+    from fabric.latency import COARSE_RESOLUTION_US
+
+    # its transfers are MB-sized (pipeline activations, gradient buckets): events 5 us apart are taken together,
+    # for a step within 0.1% of the exact one (docs/simulator.md#resolution) in a fraction of the time
+    sim = dataclasses.replace(cmp.default_sim_options(), resolution_s=COARSE_RESOLUTION_US / 1e6)
+    rows = _compare_shown(f"simulator {args.at_scale} GPUs", shown, MAIN_SCALE_PRESET, series, [args.at_scale], {},
+                          sim, MAIN_SCALE_PRESET, lambda rows: None)
+    pyr, dual = rows
+    keys = ("fabric", "routing", "gpus", "step_mean_us", "comm_share", "utilisation", "exposed_by_group",
+            "busbw_by_group", "hottest_by_tier", "collisions_by_tier", "sim_wall_s", "cached")
+    return {"preset": MAIN_SCALE_PRESET, "gpus": args.at_scale, "resolution_us": COARSE_RESOLUTION_US,
+            "rows": [{k: getattr(r, k) for k in keys} for r in (pyr, dual)],
+            "step_ratio": pyr.step_mean_us / dual.step_mean_us}
+
+
+def _format_at_scale(c: dict[str, Any]) -> str:
+    """The at-scale verdict as the main job prints it: the step ratio, then its cause from the rows."""
+    from traffic.formatting import format_bps, format_share, format_us
+
+    p, d = c["rows"]
+
+    def group(key: str, g: str, fmt: Callable[[float], str]) -> str:
+        return f"{fmt(p[key].get(g, 0.0))} / {fmt(d[key].get(g, 0.0))}"
+
+    hot_p = max(p["hottest_by_tier"].items(), key=lambda kv: kv[1], default=("-", 0.0))
+    hot_d = max(d["hottest_by_tier"].items(), key=lambda kv: kv[1], default=("-", 0.0))
+    return (f"at {c['gpus']} GPUs the whole {c['preset'][4:]} step on the simulator: {p['fabric']} / {d['fabric']} "
+            f"{format_us(p['step_mean_us'])} / {format_us(d['step_mean_us'])} = {c['step_ratio']:.3f}x\n"
+            f"  why        pipeline busbw {group('busbw_by_group', 'pp', format_bps)}, exposed pp "
+            f"{group('exposed_by_group', 'pp', format_share)} and dp {group('exposed_by_group', 'dp', format_share)} "
+            f"of the step, communication {format_share(p['comm_share'])} / {format_share(d['comm_share'])}; hottest "
+            f"uplink {hot_p[0]} {format_share(hot_p[1])} / {hot_d[0]} {format_share(hot_d[1])}")
 
 
 def _emulated_and_simulated(emulated: list[Any], simulated: list[Any]) -> dict[str, Any]:

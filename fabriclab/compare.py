@@ -69,11 +69,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def default_sim_options() -> SimOptions:
-    """The simulator's options of a comparison when none are given: the default latencies of
-    `fabric.latency` (as `fabriclab compare`'s `--per-transfer-us` and `--per-hop-us`)."""
-    from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US
+    """The simulator's options of a comparison when none are given: the default latencies and time
+    resolution of `fabric.latency` (as `fabriclab compare`'s `--per-transfer-us`, `--per-hop-us` and
+    `--resolution-us`)."""
+    from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
 
-    return SimOptions(per_transfer_s=DEFAULT_PER_TRANSFER_US / 1e6, per_hop_s=DEFAULT_PER_HOP_US / 1e6)
+    return SimOptions(per_transfer_s=DEFAULT_PER_TRANSFER_US / 1e6, per_hop_s=DEFAULT_PER_HOP_US / 1e6,
+                      resolution_s=DEFAULT_RESOLUTION_US / 1e6)
 
 
 class CompareError(FabriclabError):
@@ -620,11 +622,13 @@ def _cell(key: str, v: Any) -> str:
 
 def latency_note(sim: SimOptions) -> str:
     """The latency a comparison's rows were simulated with, in words."""
+    res = (f"; events within {sim.resolution_s * 1e6:.3g} us taken together (--resolution-us)"
+           if sim.resolution_s > SimOptions().resolution_s else "")
     if sim.per_transfer_s <= 0 and sim.per_hop_s <= 0:
-        return "latency: none (bandwidth only: --per-transfer-us 0 --per-hop-us 0)"
+        return "latency: none (bandwidth only: --per-transfer-us 0 --per-hop-us 0)" + res
     return (f"latency: {sim.per_transfer_s * 1e6:.3g} us per transfer and {sim.per_hop_s * 1e6:.3g} us per link of its "
             "path (defaults: NCCL's per-network-step ring latency over a leaf-spine path, a 51.2T-class switch; "
-            "docs/simulator.md)")
+            "docs/simulator.md)" + res)
 
 
 def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = (), sim: SimOptions | None = None) -> str:

@@ -404,3 +404,24 @@ def test_flows_ending_within_the_resolution_end_as_one_event():
     assert abs(coarse.job_time_s[0] - exact_s) <= 1e-9
     with pytest.raises(FlowSimError, match="resolution_s"):
         SimOptions(resolution_s=-1.0).check()
+
+
+def test_events_due_within_the_resolution_are_taken_with_the_first():
+    # leaf-spine-16: h0 -> h1 and h2 -> h3, disjoint 400 G NIC links (2 flows of 200 G each), so a transfer
+    # of S bytes takes S x 8 / 400e9 alone whenever it starts. Jobs start at 0, 2 us and 8 us: exactly, at
+    # those times; at a 5 us resolution the 2 us start is taken with the one at 0 (2 us early), the 8 us one
+    # is not (it falls due 3 us past the window), and one rate computation serves both first jobs.
+    fab = topofile.load("leaf-spine-16")
+    size = 4_000_000
+    alone_s = size * 8 / 400e9
+    place = one_rank_per_host(fab, 6)
+    jobs = [Job(TransferDag((Transfer(0, 1, size),), (0, 1, 2, 3, 4, 5)), place, start_s=0.0),
+            Job(TransferDag((Transfer(2, 3, size),), (0, 1, 2, 3, 4, 5)), place, start_s=2e-6),
+            Job(TransferDag((Transfer(4, 5, size),), (0, 1, 2, 3, 4, 5)), place, start_s=8e-6)]
+    _, fine = run("leaf-spine-16", jobs, options=SimOptions(resolution_s=0.0))
+    assert fine.job_start_s == pytest.approx([0.0, 2e-6, 8e-6], abs=1e-15)
+    assert fine.job_end_s == pytest.approx([alone_s, 2e-6 + alone_s, 8e-6 + alone_s], rel=1e-12)
+    _, coarse = run("leaf-spine-16", jobs, options=SimOptions(resolution_s=5e-6))
+    assert coarse.job_start_s == pytest.approx([0.0, 0.0, 8e-6], abs=1e-15)
+    assert coarse.job_end_s == pytest.approx([alone_s, alone_s, 8e-6 + alone_s], rel=1e-12)
+    assert coarse.rate_updates < fine.rate_updates

@@ -17,6 +17,10 @@ REPLAY_END = 4  # replayed phases end (payload: key into `PhaseReplays.replays`)
 SETUP_DONE = 5  # transfers done with their per-transfer delay (cut-through; payload: key into `Clock.batches`)
 #: (cut-through also uses it for in-server transfers: sent once their NVLink time has passed)
 JOB_END = 6  # a job without transfers ends its `hold_s` (payload: the job)
+#: the kinds a run may handle early, within its resolution (`SimOptions.resolution_s`): they start or end
+#: transfers and jobs at the moment they are handled. Not a replay's end (its load intervals are logged up to
+#: its own time), a link event (given at a time by the user) nor a poll
+EARLY_KINDS = frozenset({JOB_START, DELIVERY, SETUP_DONE, JOB_END})
 
 
 class Clock:

@@ -79,7 +79,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from fabric.flowsim.clock import DELIVERY, JOB_END, JOB_START, LINK_EVENT, REPLAY_END, SETUP_DONE, Clock
+from fabric.flowsim.clock import DELIVERY, EARLY_KINDS, JOB_END, JOB_START, LINK_EVENT, REPLAY_END, SETUP_DONE, Clock
 from fabric.flowsim.congestion import CongestionPoller
 from fabric.flowsim.connections import ConnectionTable, plan_connection_table
 from fabric.flowsim.flows import Flows
@@ -315,7 +315,10 @@ class _Run:
                     forwarding.drained(drained)
                 continue
             self._advance(next_event)
-            while heap and heap[0][0] <= clock.now:
+            # events due within the resolution after this one happen with it (`SimOptions.resolution_s`;
+            # those of `EARLY_KINDS`, up to the first of another kind)
+            due_s = clock.now + resolution_s
+            while heap and (heap[0][0] <= clock.now or (heap[0][0] <= due_s and heap[0][2] in EARLY_KINDS)):
                 kind, payload = clock.pop()
                 if kind == LINK_EVENT:
                     self._link_event(self.link_events[payload])

@@ -83,8 +83,11 @@ class SimOptions:
     # them) and may move slots; 0: never (a policy without a load reaction is never polled)
     poll_s: float = 0.0
     # flows due to end within this long after the first to end are taken to end with it (their last
-    # bits are dropped): transfers of one step whose sizes differ by a byte end as one event, not as
-    # two that let the steps drift apart event by event; the error is at most this per event
+    # bits are dropped), and timed events (deliveries, job starts, link events) due within this long
+    # after the first are handled with it: transfers of one step whose sizes differ by a byte end as one
+    # event, not as two that let the steps drift apart event by event, and transfers whose paths differ
+    # by a hop are delivered in one event; the error is at most this per event (each taken early by at
+    # most this). `fabriclab sim` and `compare` use `fabric.latency.DEFAULT_RESOLUTION_US`
     resolution_s: float = 1e-9
     # keep every transfer's start and end time for the result (`FlowSimResult.transfer_start_s`); off,
     # only the jobs' times are kept, and memory holds only the jobs that run at the moment

@@ -139,6 +139,17 @@ def test_readme_main_command_as_written(tmp_path):
     assert means[1] / means[0] == pytest.approx(check["emulated_ratio"], rel=1e-6)
     assert 0.8 <= check["emulated_ratio"] / check["simulated_ratio"] <= 1.2, check
     assert check["simulated_ratio"] > 1.2  # the pyramid is slower here, and the simulator says why (tests/test_sim.py)
+    # and the whole preset at 1,024 GPUs on the server-wired fabrics of that size, beside it: the pyramid's
+    # pipeline traffic leaves each ToR through its 2:1 uplinks (32 GPUs x 400G down, 16 x 400G up), so while
+    # every GPU of a ToR sends off it at once, each gets at most 200 Gbit/s; the dual-plane's step is the
+    # shorter one
+    assert "at 1024 GPUs the whole gpt3-175b step on the simulator" in res.stdout
+    scale = check["at_scale"]
+    pyr, dual = scale["rows"]
+    assert (pyr["fabric"], dual["fabric"], pyr["gpus"], dual["gpus"]) == ("pyramid-1024-servers", "dual-plane-1024-servers",
+                                                                          1024, 1024)
+    assert pyr["busbw_by_group"]["pp"] <= 200e9 * 1.01
+    assert pyr["step_mean_us"] > dual["step_mean_us"]
 
 
 def descendants(pid: int) -> set[int]:
