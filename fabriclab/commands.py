@@ -416,21 +416,20 @@ def _at_scale(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
     """The main job's verdict at `--at-scale` GPUs: `fabriclab compare` of the whole preset at that size on
     the server-wired pyramid and dual-plane (`MAIN_SCALE_SERIES`), rows cached as compare's are (a second
     run reads them); the two rows and the evidence for the difference."""
+    from fabric.latency import COARSE_RESOLUTION_US
     from fabriclab import compare as cmp
 
     log(f"[fabriclab] the whole {MAIN_SCALE_PRESET[4:]} step at {args.at_scale} GPUs on the simulator "
         f"(cached in {args.cache}; minutes the first time)")
     series = [cmp.Series(t, r) for t, r in MAIN_SCALE_SERIES]
+    # compare's own settings for `_compare_shown`: the cache given, its default jobs and models
     shown = argparse.Namespace(json=args.json, no_cache=False, cache=args.cache, jobs=None, lockstep="auto",
                                all_to_all="auto")
-    from fabric.latency import COARSE_RESOLUTION_US
-
     # its transfers are MB-sized (pipeline activations, gradient buckets): events 5 us apart are taken together,
     # for a step within 0.1% of the exact one (docs/simulator.md#resolution) in a fraction of the time
     sim = dataclasses.replace(cmp.default_sim_options(), resolution_s=COARSE_RESOLUTION_US / 1e6)
-    rows = _compare_shown(f"simulator {args.at_scale} GPUs", shown, MAIN_SCALE_PRESET, series, [args.at_scale], {},
-                          sim, MAIN_SCALE_PRESET, lambda rows: None)
-    pyr, dual = rows
+    pyr, dual = _compare_shown(f"simulator {args.at_scale} GPUs", shown, MAIN_SCALE_PRESET, series, [args.at_scale],
+                               {}, sim, MAIN_SCALE_PRESET, lambda rows: None)
     keys = ("fabric", "routing", "gpus", "step_mean_us", "comm_share", "utilisation", "exposed_by_group",
             "busbw_by_group", "hottest_by_tier", "collisions_by_tier", "sim_wall_s", "cached")
     return {"preset": MAIN_SCALE_PRESET, "gpus": args.at_scale, "resolution_us": COARSE_RESOLUTION_US,
@@ -454,7 +453,7 @@ def _format_at_scale(c: dict[str, Any]) -> str:
             f"  why        pipeline busbw {group('busbw_by_group', 'pp', format_bps)}, exposed pp "
             f"{group('exposed_by_group', 'pp', format_share)} and dp {group('exposed_by_group', 'dp', format_share)} "
             f"of the step, communication {format_share(p['comm_share'])} / {format_share(d['comm_share'])}; hottest "
-            f"uplink {hot_p[0]} {format_share(hot_p[1])} / {hot_d[0]} {format_share(hot_d[1])}")
+            f"link {hot_p[0]} {format_share(hot_p[1])} / {hot_d[0]} {format_share(hot_d[1])}")
 
 
 def _emulated_and_simulated(emulated: list[Any], simulated: list[Any]) -> dict[str, Any]:

@@ -83,8 +83,9 @@ class SimOptions:
     # them) and may move slots; 0: never (a policy without a load reaction is never polled)
     poll_s: float = 0.0
     # flows due to end within this long after the first to end are taken to end with it (their last
-    # bits are dropped), and timed events (deliveries, job starts, link events) due within this long
-    # after the first are handled with it: transfers of one step whose sizes differ by a byte end as one
+    # bits are dropped), and deliveries, job starts and ends and cut-through set-ups due within this
+    # long after the first timed event are handled with it (`clock.EARLY_KINDS`; a replay's end, a link
+    # event and a poll keep their times): transfers of one step whose sizes differ by a byte end as one
     # event, not as two that let the steps drift apart event by event, and transfers whose paths differ
     # by a hop are delivered in one event; the error is at most this per event (each taken early by at
     # most this). `fabriclab sim` and `compare` use `fabric.latency.DEFAULT_RESOLUTION_US`
