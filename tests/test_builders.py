@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import ipaddress
-from collections import Counter
+from collections import Counter, defaultdict
 
 import pytest
 
 from fabric.builders import build, dual_plane, leaf_spine, pyramid
 from fabric import topofile
+from fabric.analysis import oversubscription
 from fabric.errors import TopologyError
 
 
@@ -90,6 +91,45 @@ def test_pyramid_counts_and_rates():
     assert rates[("agg0", "core1")] == 200
     # ToRs of pod 1 connect only to pod 1's aggregation switches
     assert {b for a, b in rates if a == "tor2"} == {"agg2", "agg3"}
+
+
+def test_pyramid_oversubscription_per_tier_separately():
+    # 32 hosts of 100G, 4 per ToR: 8 ToRs in 2 pods of 4, 2 aggs per pod (4), 4 cores.
+    # ToR at 4:1: 4 x 100 = 400 down, 100 up over 2 aggs = 50 per link.
+    # Agg at 2:1: 4 ToRs x 50 = 200 down, 100 up over 4 cores = 25 per link.
+    fab = pyramid(hosts=32, hosts_per_tor=4, tors_per_pod=4, aggs_per_pod=2, cores=4, nic_rate_gbps=100,
+                  oversubscription=4.0, core_oversubscription=2.0)
+    assert Counter(s.role for s in fab.switches) == {"tor": 8, "agg": 4, "core": 4}
+    by_pair = Counter()
+    rates = defaultdict(set)
+    roles = {s.name: s.role for s in fab.switches}
+    for l in fab.links:
+        pair = tuple(sorted((roles.get(l.a.node, "host"), roles.get(l.b.node, "host"))))
+        by_pair[pair] += 1
+        rates[pair].add(l.rate_gbps)
+    # 32 host links; 8 ToRs x 2 aggs of their pod; 4 aggs x 4 cores
+    assert by_pair == {("host", "tor"): 32, ("agg", "tor"): 16, ("agg", "core"): 16}
+    assert rates == {("host", "tor"): {100}, ("agg", "tor"): {50}, ("agg", "core"): {25}}
+    # each tier's ratio as `topo show` reads it back: the ToR's and the aggregation's, independently
+    assert oversubscription(fab) == {"tor": 4.0, "agg": 2.0}
+    # the aggregation's ratio does not move with the ToR's, nor the ToR's with the aggregation's
+    assert oversubscription(pyramid(hosts=32, hosts_per_tor=4, tors_per_pod=4, aggs_per_pod=2, cores=4,
+                                    oversubscription=1.0, core_oversubscription=3.0)) == {"tor": 1.0, "agg": 3.0}
+
+
+@pytest.mark.parametrize("build_it", [
+    lambda o: dual_plane(hosts=16, hosts_per_leaf=4, spines_per_plane=2, nic_rate_gbps=200, oversubscription=o),
+    lambda o: dual_plane(hosts=16, hosts_per_leaf=4, plane_kind="mesh", nic_rate_gbps=200, oversubscription=o),
+    lambda o: leaf_spine(hosts=16, hosts_per_leaf=4, spines=2, nic_rate_gbps=400, oversubscription=o),
+])
+def test_two_tier_fabrics_have_their_one_tiers_oversubscription(build_it):
+    # 4 hosts a leaf; at 2:1 the leaf's uplinks carry half of its hosts' bandwidth
+    fab = build_it(2.0)
+    leaf = next(s.name for s in fab.switches if s.role == "leaf")
+    host_gbps = sum(a.rate_gbps for a in fab.adjacency[leaf] if a.peer.startswith("h"))
+    up_gbps = sum(a.rate_gbps for a in fab.adjacency[leaf] if not a.peer.startswith("h"))
+    assert up_gbps == pytest.approx(host_gbps / 2)
+    assert oversubscription(fab) == {"leaf": 2.0}
 
 
 def test_leaf_spine_counts():
