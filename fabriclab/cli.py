@@ -17,6 +17,9 @@
                                                 the same on the flow-level simulator: no root, any size
     fabriclab compare [TRACE] [--topology T --routing R ...] [--sizes N ...]
                                                 a trace over fabrics, routings and sizes on the simulator
+    fabriclab plan [TRACE | --model SPEC] [--gpus N] [--designs FILE] [--prices FILE]
+                                                the what-if planner: designs swept on the simulator, their
+                                                step, p99, cost in parts and the Pareto front
     fabriclab report DIR [DIR2]                 re-render a run's report, or put two runs side by side
     fabriclab record OUT [--ranks 4 --steps 6]  record a small real DDP job (PyTorch, gloo) as Kineto traces
 
@@ -35,9 +38,9 @@ from fabric import topofile
 from fabric.errors import FabriclabError
 from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
 from fabric.routing import MODES
-from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_record, cmd_replay,
-                                cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up,
-                                cmd_workload_llm)
+from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_plan, cmd_record,
+                                cmd_replay, cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show,
+                                cmd_up, cmd_workload_llm)
 
 PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one rank every hosts/ranks hosts), "
                   "pods (whole servers spread evenly over the fabric's pods), fragmented[:OCC[:SEED]] (whole servers "
@@ -252,6 +255,50 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--out", default="results/compare", help="output directory (default results/compare)")
     cp.add_argument("--json", action="store_true", help="print compare.json instead of the table")
     cp.set_defaults(func=cmd_compare)
+
+    pl = sub.add_parser("plan", help="the what-if planner: a workload at a GPU count over designs (spines, "
+                                     "oversubscription per tier, plane kind, rails, routing, NIC rate) on the "
+                                     "simulator; step, p99, communication, efficiency, cost in parts, Pareto front")
+    pl.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory (default: --model gpt3-175b)")
+    pl.add_argument("--model", metavar="SPEC", help="a generated LLM training step (llm:SPEC: a preset such as "
+                    "gpt3-175b, or FILE.yaml, with ,key=value overrides), weak-scaled to --gpus as compare does "
+                    "(default gpt3-175b when no TRACE is given)")
+    pl.add_argument("--gpus", type=int, default=1024, help="the cluster's GPUs, one per host (default 1024)")
+    pl.add_argument("--designs", metavar="FILE", help="the designs to sweep (YAML: defaults:, sweep: cross "
+                    "products of axes, designs: one by one; docs/planner.md); default: plans/designs.yaml, 14 "
+                    "designs around the 1,024-GPU fabrics")
+    pl.add_argument("--prices", metavar="FILE", help="prices per part kind (YAML: unit, switch, switch_port, optic, "
+                    "link, nic_port; each a figure or figures by size); default 1 unit per switch port and per optic")
+    pl.add_argument("--no-reference", action="store_true",
+                    help="no reference rows (one non-blocking switch per GPU bandwidth): no scaling efficiency")
+    pl.add_argument("--placement", default="block", help=PLACEMENT_HELP)
+    pl.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring)")
+    pl.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
+    pl.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
+                    help="source ports (default auto: planned under adaptive routing, hashed otherwise)")
+    pl.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
+    pl.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times")
+    pl.add_argument("--compute-gap-us", type=float, default=None,
+                    help="compute before each collective, for traces without timings")
+    pl.add_argument("--step-ops", type=int, default=None, metavar="N",
+                    help="NCCL logs only: every N collectives of a rank are a step")
+    _sim_args(pl)
+    pl.set_defaults(resolution_us=None)
+    for action in pl._actions:  # the planner's own default resolution
+        if action.dest == "resolution_us":
+            action.help = ("the simulator's time resolution, real microseconds (default: 5 for a generated LLM step, "
+                           "whose fabric transfers are MB-sized: its 1,024-GPU step within 0.02%%, docs/simulator.md"
+                           "#resolution; exact, 0.001, for a trace)")
+    pl.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
+                    help="run each collective's steps in lockstep (default auto: above 1024 GPUs)")
+    pl.add_argument("--jobs", type=int, help="designs simulated at once (default: the number of cores)")
+    pl.add_argument("--cache", default="results/compare/cache",
+                    help="where rows are cached by content (default results/compare/cache, compare's)")
+    pl.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")
+    pl.add_argument("--out", default="results/plan", help="output directory (default results/plan): plan.json, "
+                    ".csv, .txt, .png and topologies/ (each design at --gpus and at 16 hosts)")
+    pl.add_argument("--json", action="store_true", help="print plan.json instead of the table")
+    pl.set_defaults(func=cmd_plan)
 
     rep = sub.add_parser("report", help="re-render a run's report, or two runs side by side")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="one or two run directories (with result.json)")

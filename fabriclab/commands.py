@@ -565,6 +565,71 @@ def _sensitivity(args: argparse.Namespace, trace: str, label: str, series: list[
     return section(_compare_shown("sensitivity", args, trace, sweep, [gpus], options, sim, label, partial))
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """`fabriclab plan`: every design of the designs file (or the built-in set) at `--gpus`, run as compare's
+    series (`fabriclab.planner`); the table, CSV, JSON and plot rewritten as each row finishes."""
+    from fabric.latency import COARSE_RESOLUTION_US
+    from fabric.parts import DEFAULT_PRICES
+    from fabriclab import compare as cmp
+    from fabriclab import plan_report, planner
+
+    if args.model is not None and args.trace:
+        raise FabriclabError("give a TRACE or --model, not both")
+    if args.trace:
+        trace, label = _trace(args)
+    else:
+        model = args.model or "gpt3-175b"
+        trace = model if model.startswith("llm:") else f"llm:{model}"
+        label = trace
+    if args.jobs is not None and args.jobs < 1:
+        raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
+    default_g = 8
+    if cmp.is_llm(trace):
+        from traffic.llm import load_config
+
+        default_g = load_config(trace[len("llm:"):]).gpus_per_server
+        cmp.llm_spec_at(trace, args.gpus)  # a GPU count the model cannot be split over fails here
+    if args.resolution_us is None:  # 5 us for a generated LLM step's MB-sized transfers; exact for a trace
+        args.resolution_us = COARSE_RESOLUTION_US if cmp.is_llm(trace) else 0.001
+    sim = _sim_options(args)
+    designs_file = Path(args.designs) if args.designs else planner.DEFAULT_DESIGNS_FILE
+    designs = planner.load_designs(designs_file)
+    prices = planner.load_prices(args.prices) if args.prices else DEFAULT_PRICES
+    planned = planner.resolve(designs, args.gpus, default_g)
+    out = Path(args.out)
+    files = planner.write_topologies(planned, args.gpus, out / "topologies")
+    refs = {} if args.no_reference else planner.write_references(planned, args.gpus, out / "topologies")
+    series = planner.plan_series(planned, files, refs)
+    options: dict[str, Any] = {"placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
+                               "repeat": args.repeat, "seed": args.seed, "compute_gap_us": args.compute_gap_us or 0.0}
+    if args.ports != "auto":
+        options["ports"] = args.ports
+    if args.step_ops is not None:
+        options["step_ops"] = args.step_ops
+    t0 = time.monotonic()
+    meta: dict[str, Any] = {"workload": label, "gpus": args.gpus, "designs_file": str(designs_file),
+                            "prices_file": args.prices, "series": [s.doc() for s in series], "options": options,
+                            "sim": dataclasses.asdict(sim), "lockstep": args.lockstep, "all_to_all": args.all_to_all}
+    outputs = plan_report.Outputs(out)
+
+    def write(rows: list[Any], complete: bool) -> list[Path]:
+        res = plan_report.results(planned, files, refs, rows, prices)
+        return outputs.write(res, prices, meta | {"complete": complete, "rows_done": len(rows),
+                                                  "rows_expected": len(series), "wall_s": time.monotonic() - t0},
+                             args.gpus, label)
+
+    write([], False)
+    rows = _compare_shown(f"plan {args.gpus} GPUs", args, trace, series, [args.gpus], options, sim, label,
+                          lambda rows: None if write(rows, False) else None)
+    paths = write(rows, True)
+    if args.json:
+        print(paths[0].read_text())
+    else:
+        print(paths[2].read_text(), end="")
+        print(f"wrote        {', '.join(str(p) for p in paths)}, {out / 'topologies'}/*.yaml")
+    return 0
+
+
 def _compare_shown(title: str, args: argparse.Namespace, trace: str, series: Sequence[Any], sizes: Sequence[int],
                    options: dict[str, Any], sim: Any, label: str, on_rows: Callable[[list[Any]], None],
                    stragglers: str | None = None) -> list[Any]:

@@ -1,0 +1,237 @@
+"""The results of `fabriclab plan` (`fabriclab.planner`): per design its row, parts, cost, efficiency and
+whether it is on the Pareto front of step time against cost; written as a table (plan.txt), CSV, JSON and
+one plot (plan.png: step against cost, the front highlighted, every design labelled).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import textwrap
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fabric import parts as parts_mod
+from fabriclab.compare import Row
+from fabriclab.planner import Planned
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
+    """Which (cost, step) points no other point dominates: none is at most as costly and at most as slow
+    and better in one. NaN points (not run yet) are never on the front."""
+    out = []
+    for i, (c, s) in enumerate(points):
+        if math.isnan(c) or math.isnan(s):
+            out.append(False)
+            continue
+        dominated = any(j != i and not (math.isnan(c2) or math.isnan(s2)) and c2 <= c and s2 <= s and (c2 < c or s2 < s)
+                        for j, (c2, s2) in enumerate(points))
+        out.append(not dominated)
+    return out
+
+
+@dataclass(frozen=True)
+class DesignResult:
+    name: str
+    choices: dict[str, Any]
+    builder: str
+    params: dict[str, Any]
+    files: dict[str, str]
+    bill: parts_mod.Bill
+    cost_by_kind: dict[str, float]
+    row: Row | None  # None until its simulation finished
+    reference: Row | None
+    pareto: bool = False
+
+    @property
+    def cost(self) -> float:
+        return sum(self.cost_by_kind.values())
+
+    @property
+    def step_mean_us(self) -> float:
+        return self.row.step_mean_us if self.row else math.nan
+
+    @property
+    def efficiency(self) -> float:
+        if self.row is None or self.reference is None:
+            return math.nan
+        return self.reference.step_mean_us / self.row.step_mean_us
+
+
+def results(planned: Sequence[Planned], files: Mapping[str, Mapping[str, str]],
+            refs: Mapping[tuple[float, int, float], Path], rows: Sequence[Row],
+            prices: parts_mod.Prices) -> list[DesignResult]:
+    """Every design with its bill, cost, row (where finished), reference row and Pareto mark, in design order."""
+    by_variant = {r.variant: r for r in rows}
+    out = []
+    for p in planned:
+        b = parts_mod.bill(p.fabric, p.choices["port_gbps"])
+        key = (p.gpu_gbps, p.fabric.gpus_per_server, p.fabric.nvlink_gbps)
+        ref = by_variant.get(f"reference:{refs[key].stem}") if key in refs else None
+        out.append(DesignResult(p.name, p.choices, p.builder, p.params, dict(files.get(p.name, {})), b,
+                                parts_mod.cost(b, prices), by_variant.get(p.name), ref))
+    front = pareto_front([(r.cost, r.step_mean_us) for r in out])
+    return [dataclasses.replace(r, pareto=f) for r, f in zip(out, front)]
+
+
+def _switches_text(b: parts_mod.Bill) -> str:
+    return ", ".join(f"{p.count} {p.tier} x {p.size:g}p" for p in b.switches())
+
+
+def _tiers_text(b: parts_mod.Bill, kind: str) -> str:
+    return ", ".join(f"{t} {n:,}" for t, n in b.by_tier(kind).items())
+
+
+def result_doc(r: DesignResult) -> dict[str, Any]:
+    """A design's result as JSON."""
+    row = dataclasses.asdict(r.row) if r.row else None
+    return {"name": r.name, "choices": r.choices, "builder": r.builder, "params": r.params, "files": r.files,
+            "step_mean_us": r.step_mean_us, "step_p99_us": r.row.step_p99_us if r.row else None,
+            "comm_share": r.row.comm_share if r.row else None, "efficiency": r.efficiency,
+            "reference": r.reference.fabric if r.reference else None,
+            "reference_step_us": r.reference.step_mean_us if r.reference else None,
+            "cost": r.cost, "cost_by_kind": r.cost_by_kind, "pareto": r.pareto,
+            "parts": {"port_gbps": r.bill.port_gbps, "rounded_up_gbps": r.bill.rounded_up_gbps,
+                      "lines": [dataclasses.asdict(p) for p in r.bill.parts],
+                      "switches": r.bill.total("switch"), "switch_ports": r.bill.total("switch_port"),
+                      "optics": r.bill.total("optic"), "links": r.bill.total("link"),
+                      "nic_ports": r.bill.total("nic_port")},
+            "row": row}
+
+
+CSV_FIELDS = ("name", "fabric", "plane", "edge_oversubscription", "agg_oversubscription", "wiring", "routing",
+              "nic_gbps", "spines", "hosts_per_edge", "gpus_per_server", "step_mean_us", "step_p99_us", "comm_share",
+              "efficiency", "utilisation", "mfu", "cost", *(f"cost_{k}" for k in parts_mod.KINDS), "switches",
+              "switch_ports", "optics", "links", "pareto", "topology", "sim_wall_s", "cached")
+
+
+def csv_text(res: Sequence[DesignResult]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(CSV_FIELDS))
+    w.writeheader()
+    for r in res:
+        c = r.choices
+        w.writerow({**{k: c.get(k) for k in CSV_FIELDS if k in c}, "name": r.name,
+                    "step_mean_us": r.row.step_mean_us if r.row else "",
+                    "step_p99_us": r.row.step_p99_us if r.row else "", "comm_share": r.row.comm_share if r.row else "",
+                    "efficiency": "" if math.isnan(r.efficiency) else r.efficiency,
+                    "utilisation": r.row.utilisation if r.row else "", "mfu": r.row.mfu if r.row else "",
+                    "cost": r.cost, **{f"cost_{k}": v for k, v in r.cost_by_kind.items()},
+                    "switches": r.bill.total("switch"), "switch_ports": r.bill.total("switch_port"),
+                    "optics": r.bill.total("optic"), "links": r.bill.total("link"), "pareto": r.pareto,
+                    "topology": r.files.get("file", ""), "sim_wall_s": r.row.sim_wall_s if r.row else "",
+                    "cached": r.row.cached if r.row else ""})
+    return buf.getvalue()
+
+
+def format_table(res: Sequence[DesignResult], prices: parts_mod.Prices, gpus: int, workload: str) -> str:
+    """The designs by cost, the front marked, then each design's parts."""
+    from traffic.formatting import format_share, format_us
+
+    order = sorted(res, key=lambda r: (r.cost, r.step_mean_us if r.row else math.inf, r.name))
+    head = ["", "design", "routing", "step", "p99", "comm", "eff", f"cost ({prices.unit})", "switches", "ports",
+            "optics"]
+    table = [head]
+    for r in order:
+        table.append(["*" if r.pareto else "", r.name, r.choices["routing"],
+                      format_us(r.row.step_mean_us) if r.row else "-", format_us(r.row.step_p99_us) if r.row else "-",
+                      format_share(r.row.comm_share) if r.row else "-",
+                      "-" if math.isnan(r.efficiency) else f"{r.efficiency:.3f}", f"{r.cost:,.0f}",
+                      f"{r.bill.total('switch'):,}", f"{r.bill.total('switch_port'):,}", f"{r.bill.total('optic'):,}"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(head))]
+    lines = [(f"{workload} at {gpus} GPUs: {len(res)} designs ({sum(r.row is not None for r in res)} simulated), "
+              "by cost; * on the Pareto front of step time against cost")]
+    lines += ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+              for row in table]
+    refs = sorted({(r.reference.fabric, r.reference.step_mean_us) for r in res if r.reference})
+    lines.append("")
+    lines.append("eff: the reference's step over the design's (throughput per GPU against one non-blocking switch "
+                 "holding every GPU at the same NIC bandwidth" + (": " + ", ".join(f"{f} {format_us(s)}" for f, s in refs)
+                                                                  if refs else "") + ")")
+    lines.append(f"cost: {_price_text(prices)}; a link is {parts_mod.OPTICS_PER_LINK} optics (one at each end) and "
+                 "a cable; switch-to-switch links at the port speed, as many as their rate needs (docs/planner.md)")
+    lines.append("")
+    lines.append("parts per design (switches by role x radix in ports; switch ports and optics by tier):")
+    for r in order:
+        b = r.bill
+        extra = f"; rounded up {b.rounded_up_gbps:,.0f} Gbit/s above the model's links" if b.rounded_up_gbps > 1e-6 else ""
+        lines.append(f"  {r.name}: {_switches_text(b)}; ports {_tiers_text(b, 'switch_port')}; optics "
+                     f"{_tiers_text(b, 'optic')}; uplink ports {b.port_gbps:g}G{extra}")
+    return "\n".join(lines)
+
+
+def _price_text(prices: parts_mod.Prices) -> str:
+    bits = []
+    for k in parts_mod.KINDS:
+        v = getattr(prices, k)
+        if isinstance(v, dict):
+            bits.append(f"{k} " + "/".join(f"{s}:{x:g}" for s, x in v.items()))
+        elif v:
+            bits.append(f"{k} {v:g}")
+    return f"{', '.join(bits) or 'nothing priced'} {prices.unit}"
+
+
+def plot_png(res: Sequence[DesignResult], title: str, unit: str) -> bytes:
+    """Step time against cost, one point per simulated design, labelled; the Pareto front highlighted
+    (joined in cost order); each reference's step as a dashed line."""
+    import matplotlib.figure as mfigure
+
+    fig = mfigure.Figure(figsize=(10.0, 6.5), layout="constrained")
+    ax = fig.add_subplot()
+    done = [r for r in res if r.row is not None]
+    if not done:
+        ax.text(0.5, 0.5, "no design simulated yet", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+    else:
+        off = [r for r in done if not r.pareto]
+        on = sorted((r for r in done if r.pareto), key=lambda r: r.cost)
+        ax.scatter([r.cost for r in off], [r.step_mean_us / 1e6 for r in off], color="#8c8c8c", s=36,
+                   label="dominated", zorder=2)
+        ax.plot([r.cost for r in on], [r.step_mean_us / 1e6 for r in on], "-o", color="#c44e52", markersize=8,
+                label="Pareto front", zorder=3, drawstyle="steps-post")
+        ax.scatter([r.cost for r in on], [r.step_mean_us / 1e6 for r in on], color="#c44e52", s=64, zorder=4)
+        for i, r in enumerate(done):
+            ax.annotate(r.name, (r.cost, r.step_mean_us / 1e6), xytext=(6, 6 if i % 2 else -10),
+                        textcoords="offset points", fontsize=7, color="#c44e52" if r.pareto else "#404040")
+        for fab, step in sorted({(r.reference.fabric, r.reference.step_mean_us) for r in done if r.reference}):
+            ax.axhline(step / 1e6, linestyle="--", color="#4c72b0", linewidth=1)
+            ax.annotate(f"{fab} (reference)", (0.01, step / 1e6), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=7, color="#4c72b0")
+        ax.set_xlabel(f"cost ({unit})")
+        ax.set_ylabel("step time, mean (s)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right", fontsize=8)
+    ax.margins(x=0.12, y=0.08)
+    ax.set_title(textwrap.fill(title, 110), fontsize=10)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
+    return buf.getvalue()
+
+
+@dataclass
+class Outputs:
+    """Where a plan writes: plan.json, plan.csv, plan.txt and plan.png in `out_dir`."""
+
+    out_dir: Path
+    paths: list[Path] = field(default_factory=list)
+
+    def write(self, res: Sequence[DesignResult], prices: parts_mod.Prices, meta: dict[str, Any], gpus: int,
+              workload: str) -> list[Path]:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        paths = [self.out_dir / n for n in ("plan.json", "plan.csv", "plan.txt", "plan.png")]
+        doc = {"meta": meta, "prices": prices.model_dump(), "designs": [result_doc(r) for r in res]}
+        text = format_table(res, prices, gpus, workload)
+        png = plot_png(res, f"{workload}, {gpus} GPUs: step time against cost", prices.unit)
+        for path, data in zip(paths, (json.dumps(doc, indent=2, default=str), csv_text(res), text + "\n")):
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_text(data)
+            tmp.replace(path)
+        tmp = paths[3].with_suffix(".png.tmp")
+        tmp.write_bytes(png)
+        tmp.replace(paths[3])
+        self.paths = paths
+        return paths
