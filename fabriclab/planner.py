@@ -448,8 +448,7 @@ def write_references(planned: Sequence[Planned], gpus: int, out_dir: Path) -> di
 
 def plan_series(planned: Sequence[Planned], files: Mapping[str, Mapping[str, str]],
                 refs: Mapping[tuple[float, int, float], Path]) -> list[Series]:
-    """The compare series: each design (variant = its name), then each reference (variant
-    `reference:FILE-STEM`, ecmp: it has one path)."""
-    out = [Series(files[p.name]["file"], p.routing, variant=p.name) for p in planned]
-    out += [Series(str(path), "ecmp", variant=f"reference:{path.stem}") for path in refs.values()]
-    return out
+    """The compare series: each reference first (variant `reference:FILE-STEM`, ecmp: it has one path; its
+    row is needed for every design's efficiency), then each design (variant = its name)."""
+    out = [Series(str(path), "ecmp", variant=f"reference:{path.stem}") for path in refs.values()]
+    return out + [Series(files[p.name]["file"], p.routing, variant=p.name) for p in planned]
