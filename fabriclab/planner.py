@@ -241,8 +241,8 @@ def _defaults(d: Design, gpus: int, default_gpus_per_server: int) -> dict[str, A
         "spines": None if d.plane == "mesh" and d.fabric == "dual-plane" else d.spines,
     }
     if d.fabric == "pyramid":
-        tpp = d.tors_per_pod or min(8, edges)
-        app = d.aggs_per_pod or min(4, tpp)
+        tpp = d.tors_per_pod or min(8, max(1, edges // 2))  # two pods at least: traffic reaches the core
+        app = d.aggs_per_pod or min(4, max(1, tpp // 2))
         out |= {"tors_per_pod": tpp, "aggs_per_pod": app, "spines": d.spines or min(8, max(1, edges // tpp) * app)}
     elif out["spines"] is None and out["plane"] != "mesh":
         # one spine per host of a leaf at 1:1 (as many uplinks as hosts, each at the NIC's rate), fewer as the
