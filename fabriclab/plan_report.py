@@ -20,18 +20,25 @@ from fabriclab.compare import Row
 from fabriclab.planner import Planned
 
 
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
+#: steps closer than this (relative) count as equal on the front: compare's "same" (`seed_check`), and well
+#: inside the ~1% a congested row is determined to (docs/simulator.md#resolution)
+STEP_REL_TOL = 1e-3
+
+
+def pareto_front(points: Sequence[tuple[float, float]], rel_tol: float = STEP_REL_TOL) -> list[bool]:
     """Which (cost, step) points no other point dominates: none is at most as costly and at most as slow
-    and better in one. NaN points (not run yet) are never on the front."""
-    out = []
-    for i, (c, s) in enumerate(points):
-        if math.isnan(c) or math.isnan(s):
-            out.append(False)
-            continue
-        dominated = any(j != i and not (math.isnan(c2) or math.isnan(s2)) and c2 <= c and s2 <= s and (c2 < c or s2 < s)
-                        for j, (c2, s2) in enumerate(points))
-        out.append(not dominated)
-    return out
+    and better in one. Steps within `rel_tol` of each other count as equal, so a dearer design is not on
+    the front for a step shorter by noise. NaN points (not run yet) are never on the front."""
+    def ok(p: tuple[float, float]) -> bool:
+        return not (math.isnan(p[0]) or math.isnan(p[1]))
+
+    def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        same_step = math.isclose(a[1], b[1], rel_tol=rel_tol)
+        no_worse = a[0] <= b[0] and (a[1] <= b[1] or same_step)
+        return no_worse and (a[0] < b[0] or (a[1] < b[1] and not same_step))
+
+    return [ok(p) and not any(j != i and ok(q) and dominates(q, p) for j, q in enumerate(points))
+            for i, p in enumerate(points)]
 
 
 @dataclass(frozen=True)
