@@ -182,38 +182,74 @@ def _price_text(prices: parts_mod.Prices) -> str:
     return f"{', '.join(bits) or 'nothing priced'} {prices.unit}"
 
 
+#: the plot shows steps up to this many times the fastest design's; slower ones are marked at its top edge
+PLOT_STEP_SPAN = 1.35
+#: label offsets tried in turn (points), the first that overlaps no label placed before is taken
+_LABEL_OFFSETS = ((6, 5), (6, -11), (6, 14), (6, -20), (-6, 5), (-6, -11), (6, 23), (6, -29), (-6, 14), (-6, -20))
+
+
 def plot_png(res: Sequence[DesignResult], title: str, unit: str) -> bytes:
     """Step time against cost, one point per simulated design, labelled; the Pareto front highlighted
-    (joined in cost order); each reference's step as a dashed line."""
+    (joined as a staircase in cost order); each reference's step as a dashed line. Steps beyond
+    PLOT_STEP_SPAN x the fastest are drawn as triangles at the top edge with their step in the label, so
+    one very slow design does not flatten the others."""
     import matplotlib.figure as mfigure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    fig = mfigure.Figure(figsize=(10.0, 6.5), layout="constrained")
+    fig = mfigure.Figure(figsize=(11.0, 7.0), layout="constrained")
+    canvas = FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    done = [r for r in res if r.row is not None]
+    done = sorted((r for r in res if r.row is not None), key=lambda r: (r.cost, r.step_mean_us))
     if not done:
         ax.text(0.5, 0.5, "no design simulated yet", ha="center", va="center", transform=ax.transAxes)
         ax.set_axis_off()
     else:
-        off = [r for r in done if not r.pareto]
-        on = sorted((r for r in done if r.pareto), key=lambda r: r.cost)
-        ax.scatter([r.cost for r in off], [r.step_mean_us / 1e6 for r in off], color="#8c8c8c", s=36,
-                   label="dominated", zorder=2)
-        ax.plot([r.cost for r in on], [r.step_mean_us / 1e6 for r in on], "-o", color="#c44e52", markersize=8,
-                label="Pareto front", zorder=3, drawstyle="steps-post")
-        ax.scatter([r.cost for r in on], [r.step_mean_us / 1e6 for r in on], color="#c44e52", s=64, zorder=4)
-        for i, r in enumerate(done):
-            ax.annotate(r.name, (r.cost, r.step_mean_us / 1e6), xytext=(6, 6 if i % 2 else -10),
-                        textcoords="offset points", fontsize=7, color="#c44e52" if r.pareto else "#404040")
-        for fab, step in sorted({(r.reference.fabric, r.reference.step_mean_us) for r in done if r.reference}):
-            ax.axhline(step / 1e6, linestyle="--", color="#4c72b0", linewidth=1)
-            ax.annotate(f"{fab} (reference)", (0.01, step / 1e6), xycoords=("axes fraction", "data"),
-                        xytext=(0, 3), textcoords="offset points", fontsize=7, color="#4c72b0")
+        refs = sorted({(r.reference.fabric, r.reference.step_mean_us) for r in done if r.reference})
+        low = min([r.step_mean_us for r in done] + [s for _, s in refs]) / 1e6
+        top = max(r.step_mean_us for r in done) / 1e6
+        cap = min(top, low * PLOT_STEP_SPAN)
+        y_max = cap + (cap - low) * 0.08 if cap > low else low * 1.01
+
+        def y(r: DesignResult) -> float:
+            return min(r.step_mean_us / 1e6, y_max)
+
+        for pareto, colour, size, label in ((False, "#8c8c8c", 36, "dominated"), (True, "#c44e52", 64, "on the front")):
+            pts = [r for r in done if r.pareto == pareto]
+            inside = [r for r in pts if r.step_mean_us / 1e6 <= y_max]
+            beyond = [r for r in pts if r.step_mean_us / 1e6 > y_max]
+            ax.scatter([r.cost for r in inside], [y(r) for r in inside], color=colour, s=size, zorder=3, label=label)
+            if beyond:
+                ax.scatter([r.cost for r in beyond], [y(r) for r in beyond], color=colour, s=size, marker="^",
+                           zorder=3, clip_on=False)
+        on = [r for r in done if r.pareto]
+        ax.plot([r.cost for r in on], [y(r) for r in on], "-", color="#c44e52", zorder=2, drawstyle="steps-post",
+                label="Pareto front")
+        for fab, step in refs:
+            ax.axhline(step / 1e6, linestyle="--", color="#4c72b0", linewidth=1, label=f"{fab} (non-blocking reference)")
+        ax.set_ylim(low - (y_max - low) * 0.06, y_max)
+        ax.margins(x=0.15)
         ax.set_xlabel(f"cost ({unit})")
         ax.set_ylabel("step time, mean (s)")
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper right", fontsize=8)
-    ax.margins(x=0.12, y=0.08)
-    ax.set_title(textwrap.fill(title, 110), fontsize=10)
+        ax.legend(loc="upper left", fontsize=8)
+        renderer = canvas.get_renderer()
+        placed = [ax.get_legend().get_window_extent(renderer)]
+        for r in done:
+            text = r.name + (f" ({r.step_mean_us / 1e6:.3g} s)" if r.step_mean_us / 1e6 > y_max else "")
+            colour = "#c44e52" if r.pareto else "#404040"
+            for dx, dy in _LABEL_OFFSETS:
+                ann = ax.annotate(text, (r.cost, y(r)), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                                  color=colour, ha="left" if dx > 0 else "right", annotation_clip=False)
+                box = ann.get_window_extent(renderer)
+                if not any(box.overlaps(b) for b in placed):
+                    break
+                ann.remove()
+            else:  # every offset overlaps: the first, overlapping
+                ann = ax.annotate(text, (r.cost, y(r)), xytext=_LABEL_OFFSETS[0], textcoords="offset points",
+                                  fontsize=7, color=colour, annotation_clip=False)
+                box = ann.get_window_extent(renderer)
+            placed.append(box)
+    ax.set_title(textwrap.fill(title, 120), fontsize=10)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
     return buf.getvalue()
