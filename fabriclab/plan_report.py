@@ -20,9 +20,9 @@ from fabriclab.compare import Row
 from fabriclab.planner import Planned
 
 
-#: steps closer than this (relative) count as equal on the front: compare's "same" (`seed_check`), and well
-#: inside the ~1% a congested row is determined to (docs/simulator.md#resolution)
-STEP_REL_TOL = 1e-3
+#: steps closer than this (relative) count as equal on the front: the ~1% a congested row is determined to
+#: (a delivery shifted by a us moves it that much: docs/simulator.md#resolution), compare's tie
+STEP_REL_TOL = 0.01
 
 
 def pareto_front(points: Sequence[tuple[float, float]], rel_tol: float = STEP_REL_TOL) -> list[bool]:
