@@ -33,7 +33,7 @@ import threading
 
 from fabric import topofile
 from fabric.errors import FabriclabError
-from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
+from fabric.latency import COARSE_RESOLUTION_US, DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
 from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_record, cmd_replay,
                                 cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up,
@@ -91,12 +91,13 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-hop-us", type=float, default=DEFAULT_PER_HOP_US,
                    help="latency per link of a transfer's path, real microseconds (default "
                         f"{DEFAULT_PER_HOP_US:g}: a 51.2T-class switch's port-to-port latency and 10 m of fibre)")
-    p.add_argument("--resolution-us", type=float, default=DEFAULT_RESOLUTION_US,
+    p.add_argument("--resolution-us", type=float, default=None,
                    help="the simulator's time resolution, real microseconds: flows that end and events that fall "
                         "due within this long after the first are taken together, one rate computation for all "
-                        f"(default {DEFAULT_RESOLUTION_US:g}: exact to the model; e.g. 5: several times faster on "
-                        "congested fabrics for steps of MB-sized transfers, wrong for latency-bound ones; errors in "
-                        "docs/simulator.md)")
+                        f"(default {DEFAULT_RESOLUTION_US:g} for traces: exact to the model; {COARSE_RESOLUTION_US:g} "
+                        "for generated LLM steps (--model, llm:SPEC), whose network transfers are MB-sized: several "
+                        "times faster on congested fabrics, the step within 0.2%%; wrong for latency-bound "
+                        "collectives; errors in docs/simulator.md)")
     p.add_argument("--forwarding", choices=["store-and-forward", "cut-through"], default="store-and-forward",
                    help="a transfer begins once those it depends on are delivered (store-and-forward, default), "
                         "or once they have begun, its bytes following theirs, as the replay's agents forward "

@@ -288,12 +288,17 @@ def numpy_hugepage_advice_off() -> None:
     core.multiarray._set_madvise_hugepage(False)
 
 
-def _sim_options(args: argparse.Namespace) -> Any:
+def _sim_options(args: argparse.Namespace, llm: bool = False) -> Any:
     """The simulator's options from `--per-transfer-us`, `--per-hop-us`, `--resolution-us`, `--poll-ms` and `--forwarding`
-    (`_sim_args`); numpy's huge-page advice off (`numpy_hugepage_advice_off`)."""
+    (`_sim_args`); numpy's huge-page advice off (`numpy_hugepage_advice_off`). `--resolution-us` not given: exact
+    (`DEFAULT_RESOLUTION_US`), or `COARSE_RESOLUTION_US` for a generated LLM step (`llm`), whose network transfers are
+    MB-sized (the step's error measured in docs/simulator.md#resolution)."""
     from fabric.flowsim import SimOptions
+    from fabric.latency import COARSE_RESOLUTION_US, DEFAULT_RESOLUTION_US
 
     numpy_hugepage_advice_off()
+    if args.resolution_us is None:
+        args.resolution_us = COARSE_RESOLUTION_US if llm else DEFAULT_RESOLUTION_US
 
     if args.per_transfer_us < 0 or args.per_hop_us < 0:
         raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
@@ -350,7 +355,7 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         from traffic.replay.simulate import parse_link_event
 
         opts = ReplayOptions(**common)  # type: ignore[arg-type]
-        sim_opts = _sim_options(args)
+        sim_opts = _sim_options(args, llm=str(trace).startswith("llm:"))
         link_events = {fab.name: [parse_link_event(t, fab, up) for up, texts in ((False, args.link_down or []),
                                                                                    (True, args.link_up or []))
                                   for t in texts] for fab, _ in fabrics}
@@ -500,7 +505,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.routing:
             raise FabriclabError("--routing needs --topology (one per topology)")
         series = list(cmp.LLM_SERIES if cmp.is_llm(trace) else cmp.DEFAULT_SERIES)
-    sim = _sim_options(args)
+    sim = _sim_options(args, llm=cmp.is_llm(trace))
     if args.jobs is not None and args.jobs < 1:
         raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
     options: dict[str, Any] = {"placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
