@@ -108,9 +108,8 @@ def cmd_topo_check(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from fabriclab.checkup import check_fabric, format_check
-
     from fabric.emulation.tunnels import parse_link
+    from fabriclab.checkup import check_fabric, format_check
 
     fab = topofile.load(args.topology)
     opts = EmulationOptions(mbps_per_gbps=args.mbps_per_gbps, datapath=args.datapath,
