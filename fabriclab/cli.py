@@ -135,6 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     up.add_argument("--delay-us", type=float, default=0.0, help="per-link delay (needs sch_netem)")
     up.add_argument("--loss-pct", type=float, default=0.0, help="per-link random loss (needs sch_netem)")
+    up.add_argument("--tunnel-link", action="append", default=[], metavar="SW1-SW2",
+                    help="carry this switch-to-switch link by a tunnel between two namespaces standing for two "
+                         "servers instead of a veth pair; repeatable (docs/cluster.md)")
+    up.add_argument("--tunnel-kind", default="vxlan", choices=["vxlan", "gre"],
+                    help="the tunnel's encapsulation (default vxlan)")
     up.add_argument("--count", type=int, default=3, help="pings per host pair and plane (default 3)")
     hold = up.add_mutually_exclusive_group()
     hold.add_argument("--cli", action="store_true", help="open the Mininet CLI after the check")

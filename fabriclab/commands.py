@@ -108,11 +108,14 @@ def cmd_topo_check(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from fabric.emulation.tunnels import parse_link
     from fabriclab.checkup import check_fabric, format_check
 
     fab = topofile.load(args.topology)
     opts = EmulationOptions(mbps_per_gbps=args.mbps_per_gbps, datapath=args.datapath,
-                            delay_us=args.delay_us, loss_pct=args.loss_pct)
+                            delay_us=args.delay_us, loss_pct=args.loss_pct,
+                            tunnel_links=tuple(parse_link(fab, text) for text in args.tunnel_link),
+                            tunnel_kind=args.tunnel_kind)
     log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
     log(f"[fabriclab] bringing up {fab.name}: {len(fab.hosts)} hosts, {len(fab.switches)} switches, "
         f"routing {args.routing}")
