@@ -148,8 +148,8 @@ def pair_sport(entropy: EntropyPlan, src_index: int, dst_index: int, channel: in
       blocks of 16, a leaf of 32 hosts, 2 flows on each of its 32 uplinks). Where a leaf holds a
       single block (one channel and as many hosts on a leaf as uplinks) the twist is the same for
       all of its hosts and its shifted pairs stay on every other next hop, as before; a count of
-      src + 2 x dst would spread them, at the cost of the first point (one host's pairs on half
-      its uplinks): benchmarks/planned_ports_spread.py measures both;
+      src + 2 x dst would spread them, at the cost of the point above (one host's pairs to every
+      other on half its uplinks): benchmarks/planned_ports_spread.py measures both;
     - with a fan-out of 2 and 2 channels, channel c takes the c-th next hop, whatever the pair
       (no block is above 1: no twist)."""
     if not 0 <= channel < channels:
