@@ -10,11 +10,12 @@ measures (`traffic.replay.BackendRun`); `run_workload` builds the `RunResult` fr
 (`traffic.replay.build_result`), the same way for both. `fabriclab replay`, `sim`, `compare`, `calibrate`
 and `crosscheck` all run through it.
 
-- `Emulated`: brings up the lab (controller first, then the fabric) at the plan's link scale, places the
-  plan on one agent per host (`traffic.replay.place`), runs them (`traffic.replay.Driver`), samples the
-  switches' port counters from the controller's REST API, and keeps the controller's reroute events and
-  the faults injected meanwhile (`during` may inject them: it is called with the lab and the number of
-  collectives completed so far).
+- `Emulated`: brings up the lab (controller first, then the fabric, its `tunnel_links` carried by a
+  tunnel: docs/cluster.md) at the plan's link scale, places the plan on one agent per host
+  (`traffic.replay.place`), runs them (`traffic.replay.Driver`), samples the switches' port counters
+  from the controller's REST API, and keeps the controller's reroute events and the faults injected
+  meanwhile (`during` may inject them: it is called with the lab and the number of collectives
+  completed so far).
 - `Simulated`: the plan on `fabric.flowsim` (`traffic.replay.simulate`) with its options, link events
   and all-to-all model.
 """
@@ -100,6 +101,8 @@ class Emulated:
     during: Callable[[Lab, int, int], None] | None = None
     log: Callable[[str], None] | None = None
     name: str = "emulation"
+    tunnel_links: tuple[tuple[str, str], ...] = ()  # links carried by a tunnel (EmulationOptions)
+    tunnel_kind: str = "vxlan"
 
     def plan(self, workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
         return plan_replay(workload, fabric, options)
@@ -113,8 +116,9 @@ class Emulated:
         tell = progress or (lambda p: None)
         poll_ms = controller_poll_ms(fabric, plan.mbps_per_gbps)
         tell(RunProgress("bring-up", 0, len(plan.calls)))
-        with Lab(fabric, routing=routing, opts=EmulationOptions(mbps_per_gbps=plan.mbps_per_gbps), log=self.log,
-                 controller_args=["--poll-ms", f"{poll_ms:g}"]) as lab:
+        opts = EmulationOptions(mbps_per_gbps=plan.mbps_per_gbps, tunnel_links=self.tunnel_links,
+                                tunnel_kind=self.tunnel_kind)
+        with Lab(fabric, routing=routing, opts=opts, log=self.log, controller_args=["--poll-ms", f"{poll_ms:g}"]) as lab:
             if lab.emulation is None or lab.controller is None or lab.run_dir is None:
                 raise RuntimeError("the lab did not come up")
             ctl = lab.controller

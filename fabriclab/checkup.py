@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabric.emulation import EmulationOptions
+from fabric.emulation.system import link_counters
+from fabric.emulation.tunnels import UNDERLAY_DEVS
 from fabric.errors import FabriclabError
 from fabric.model import Fabric
 from fabriclab.session import Lab
@@ -54,6 +56,7 @@ def check_fabric(fab: Fabric, routing: str, opts: EmulationOptions, *, count: in
             per_plane[plane][0] += 1
             per_plane[plane][1] += p.received == p.sent
             per_plane[plane][2] += p.sent - p.received
+        tunnels = tunnel_figures(lab)
         if while_up is not None:
             while_up(lab)
     left = lab.leftovers()
@@ -74,10 +77,28 @@ def check_fabric(fab: Fabric, routing: str, opts: EmulationOptions, *, count: in
             for p, n in expected_pairs.items()
         },
         "controller_gaps": gaps,
+        "tunnels": tunnels,
         "teardown_clean": left.empty(),
         "elapsed_s": round(time.monotonic() - t0, 3),
         "ok": ok,
     }, "" if left.empty() else str(left))
+
+
+def tunnel_figures(lab: Lab) -> dict[str, Any] | None:
+    """The tunnelled links of a running lab and what crossed the wire between its stand-in servers so
+    far (both ways, as the kernel counts the wire's frames); None without tunnels."""
+    em = lab.emulation
+    plan = em.tunnels if em is not None else None
+    if plan is None:
+        return None
+    frames = wire_bytes = 0
+    for server, dev in enumerate(UNDERLAY_DEVS):
+        tx_bytes, tx_frames, _, _ = link_counters(plan.servers[server], dev)
+        frames += tx_frames
+        wire_bytes += tx_bytes
+    return {"kind": plan.kind, "links": [t.label for t in plan.tunnels], "servers": list(plan.servers),
+            "wire_mtu_bytes": plan.underlay_mtu_bytes, "overhead_bytes_per_frame": plan.overhead_bytes,
+            "wire_frames": frames, "wire_bytes": wire_bytes}
 
 
 def format_check(check: UpCheck, fab: Fabric) -> str:
@@ -92,6 +113,11 @@ def format_check(check: UpCheck, fab: Fabric) -> str:
     for p, r in result["reachability"].items():
         lines.append(f"plane {p}      {r['pairs_ok']}/{r['pairs']} host pairs reachable, "
                      f"{r['packets_lost']} of {r['pairs'] * r['pings_per_pair']} pings lost")
+    t = result["tunnels"]
+    if t is not None:
+        lines.append(f"tunnels      {t['kind']} {', '.join(t['links'])} between two stand-in servers (wire MTU "
+                     f"{t['wire_mtu_bytes']}, {t['overhead_bytes_per_frame']} bytes per frame): {t['wire_frames']:,} "
+                     f"frames, {t['wire_bytes']:,} bytes crossed the wire")
     for g in result["controller_gaps"]:
         what = f"resynchronised after {g['gap_s']:.2f} s" if g["gap_s"] is not None else f"NOT restored: {g['error']}"
         lines.append(f"controller   died (exit code {g['exit_code']}); restarted, {what}")

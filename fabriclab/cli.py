@@ -36,7 +36,7 @@ import threading
 
 from fabric import topofile
 from fabric.errors import FabriclabError
-from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
+from fabric.latency import COARSE_RESOLUTION_US, DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
 from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_plan, cmd_record,
                                 cmd_replay, cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show,
@@ -94,12 +94,13 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-hop-us", type=float, default=DEFAULT_PER_HOP_US,
                    help="latency per link of a transfer's path, real microseconds (default "
                         f"{DEFAULT_PER_HOP_US:g}: a 51.2T-class switch's port-to-port latency and 10 m of fibre)")
-    p.add_argument("--resolution-us", type=float, default=DEFAULT_RESOLUTION_US,
+    p.add_argument("--resolution-us", type=float, default=None,
                    help="the simulator's time resolution, real microseconds: flows that end and events that fall "
                         "due within this long after the first are taken together, one rate computation for all "
-                        f"(default {DEFAULT_RESOLUTION_US:g}: exact to the model; e.g. 5: several times faster on "
-                        "congested fabrics for steps of MB-sized transfers, wrong for latency-bound ones; errors in "
-                        "docs/simulator.md)")
+                        f"(default {DEFAULT_RESOLUTION_US:g} for traces: exact to the model; {COARSE_RESOLUTION_US:g} "
+                        "for generated LLM steps (--model, llm:SPEC), whose network transfers are MB-sized: several "
+                        "times faster on congested fabrics, the step within 0.2%%; wrong for latency-bound "
+                        "collectives; errors in docs/simulator.md)")
     p.add_argument("--forwarding", choices=["store-and-forward", "cut-through"], default="store-and-forward",
                    help="a transfer begins once those it depends on are delivered (store-and-forward, default), "
                         "or once they have begun, its bytes following theirs, as the replay's agents forward "
@@ -137,6 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--datapath", default="auto", choices=["auto", "kernel", "user"])
     up.add_argument("--delay-us", type=float, default=0.0, help="per-link delay (needs sch_netem)")
     up.add_argument("--loss-pct", type=float, default=0.0, help="per-link random loss (needs sch_netem)")
+    up.add_argument("--tunnel-link", action="append", default=[], metavar="SW1-SW2",
+                    help="carry this switch-to-switch link by a tunnel between two namespaces standing for two "
+                         "servers instead of a veth pair; repeatable (docs/cluster.md)")
+    up.add_argument("--tunnel-kind", default="vxlan", choices=["vxlan", "gre"],
+                    help="the tunnel's encapsulation (default vxlan)")
     up.add_argument("--count", type=int, default=3, help="pings per host pair and plane (default 3)")
     hold = up.add_mutually_exclusive_group()
     hold.add_argument("--cli", action="store_true", help="open the Mininet CLI after the check")
@@ -283,12 +289,6 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--step-ops", type=int, default=None, metavar="N",
                     help="NCCL logs only: every N collectives of a rank are a step")
     _sim_args(pl)
-    pl.set_defaults(resolution_us=None)
-    for action in pl._actions:  # the planner's own default resolution
-        if action.dest == "resolution_us":
-            action.help = ("the simulator's time resolution, real microseconds (default: 5 for a generated LLM step, "
-                           "whose fabric transfers are MB-sized: its 1,024-GPU step within 0.02%%, docs/simulator.md"
-                           "#resolution; exact, 0.001, for a trace)")
     pl.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
                     help="run each collective's steps in lockstep (default auto: above 1024 GPUs)")
     pl.add_argument("--jobs", type=int, help="designs simulated at once (default: the number of cores)")

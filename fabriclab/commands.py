@@ -108,11 +108,14 @@ def cmd_topo_check(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from fabric.emulation.tunnels import parse_link
     from fabriclab.checkup import check_fabric, format_check
 
     fab = topofile.load(args.topology)
     opts = EmulationOptions(mbps_per_gbps=args.mbps_per_gbps, datapath=args.datapath,
-                            delay_us=args.delay_us, loss_pct=args.loss_pct)
+                            delay_us=args.delay_us, loss_pct=args.loss_pct,
+                            tunnel_links=tuple(parse_link(fab, text) for text in args.tunnel_link),
+                            tunnel_kind=args.tunnel_kind)
     log = (lambda msg: print(msg, file=sys.stderr)) if not args.json else (lambda msg: None)
     log(f"[fabriclab] bringing up {fab.name}: {len(fab.hosts)} hosts, {len(fab.switches)} switches, "
         f"routing {args.routing}")
@@ -288,12 +291,17 @@ def numpy_hugepage_advice_off() -> None:
     core.multiarray._set_madvise_hugepage(False)
 
 
-def _sim_options(args: argparse.Namespace) -> Any:
+def _sim_options(args: argparse.Namespace, llm: bool = False) -> Any:
     """The simulator's options from `--per-transfer-us`, `--per-hop-us`, `--resolution-us`, `--poll-ms` and `--forwarding`
-    (`_sim_args`); numpy's huge-page advice off (`numpy_hugepage_advice_off`)."""
+    (`_sim_args`); numpy's huge-page advice off (`numpy_hugepage_advice_off`). `--resolution-us` not given: exact
+    (`DEFAULT_RESOLUTION_US`), or `COARSE_RESOLUTION_US` for a generated LLM step (`llm`), whose network transfers are
+    MB-sized (the step's error measured in docs/simulator.md#resolution)."""
     from fabric.flowsim import SimOptions
+    from fabric.latency import COARSE_RESOLUTION_US, DEFAULT_RESOLUTION_US
 
     numpy_hugepage_advice_off()
+    if args.resolution_us is None:
+        args.resolution_us = COARSE_RESOLUTION_US if llm else DEFAULT_RESOLUTION_US
 
     if args.per_transfer_us < 0 or args.per_hop_us < 0:
         raise FabriclabError(f"--per-transfer-us and --per-hop-us must be >= 0, got {args.per_transfer_us:g} "
@@ -350,7 +358,7 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         from traffic.replay.simulate import parse_link_event
 
         opts = ReplayOptions(**common)  # type: ignore[arg-type]
-        sim_opts = _sim_options(args)
+        sim_opts = _sim_options(args, llm=str(trace).startswith("llm:"))
         link_events = {fab.name: [parse_link_event(t, fab, up) for up, texts in ((False, args.link_down or []),
                                                                                    (True, args.link_up or []))
                                   for t in texts] for fab, _ in fabrics}
@@ -500,7 +508,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.routing:
             raise FabriclabError("--routing needs --topology (one per topology)")
         series = list(cmp.LLM_SERIES if cmp.is_llm(trace) else cmp.DEFAULT_SERIES)
-    sim = _sim_options(args)
+    sim = _sim_options(args, llm=cmp.is_llm(trace))
     if args.jobs is not None and args.jobs < 1:
         raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
     options: dict[str, Any] = {"placement": args.placement, "algorithm": args.algorithm, "channels": args.channels,
@@ -568,7 +576,6 @@ def _sensitivity(args: argparse.Namespace, trace: str, label: str, series: list[
 def cmd_plan(args: argparse.Namespace) -> int:
     """`fabriclab plan`: every design of the designs file (or the built-in set) at `--gpus`, run as compare's
     series (`fabriclab.planner`); the table, CSV, JSON and plot rewritten as each row finishes."""
-    from fabric.latency import COARSE_RESOLUTION_US
     from fabric.parts import DEFAULT_PRICES
     from fabriclab import compare as cmp
     from fabriclab import plan_report, planner
@@ -589,9 +596,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
         default_g = load_config(trace[len("llm:"):]).gpus_per_server
         cmp.llm_spec_at(trace, args.gpus)  # a GPU count the model cannot be split over fails here
-    if args.resolution_us is None:  # 5 us for a generated LLM step's MB-sized transfers; exact for a trace
-        args.resolution_us = COARSE_RESOLUTION_US if cmp.is_llm(trace) else 0.001
-    sim = _sim_options(args)
+    sim = _sim_options(args, llm=cmp.is_llm(trace))
     designs_file = Path(args.designs) if args.designs else planner.DEFAULT_DESIGNS_FILE
     designs = planner.load_designs(designs_file)
     prices = planner.load_prices(args.prices) if args.prices else DEFAULT_PRICES

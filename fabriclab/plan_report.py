@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from fabric import parts as parts_mod
-from fabriclab.compare import Row
+from fabriclab.compare import TIE_TOLERANCE, Row
 from fabriclab.planner import Planned
 
 
-#: steps closer than this (relative) count as equal on the front: the ~1% a congested row is determined to
-#: (a delivery shifted by a us moves it that much: docs/simulator.md#resolution), compare's tie
-STEP_REL_TOL = 0.01
+#: steps closer than this (relative) count as equal on the front: compare's tie, the ~1% a congested row is
+#: determined to (a delivery shifted by a us moves it that much: docs/simulator.md#resolution)
+STEP_REL_TOL = TIE_TOLERANCE
 
 
 def pareto_front(points: Sequence[tuple[float, float]], rel_tol: float = STEP_REL_TOL) -> list[bool]:

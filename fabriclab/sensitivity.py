@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fabriclab.compare import SEED, SEED_BETTER, SIZE_TOLERANCE, Row, Series, builder_of, is_llm
+from fabriclab.compare import SEED, SEED_BETTER, SIZE_TOLERANCE, TIE_TOLERANCE, Row, Series, builder_of, is_llm
 
 #: the fragmented point's placement: half of a cluster twice the job's size taken by other jobs, seeded
 FRAGMENTED = "fragmented:0.5:0"
@@ -147,7 +147,7 @@ def reproduces(metric: str, ratio: float) -> bool:
     seed_p, seed_d = SEED[metric]
     seed_ratio = seed_d / seed_p
     better = ratio > 1 if SEED_BETTER[metric] == "higher" else ratio < 1
-    return better and not math.isclose(ratio, 1.0, rel_tol=1e-3) and \
+    return better and not math.isclose(ratio, 1.0, rel_tol=TIE_TOLERANCE) and \
         seed_ratio / SIZE_TOLERANCE <= ratio <= seed_ratio * SIZE_TOLERANCE
 
 

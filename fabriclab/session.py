@@ -28,7 +28,7 @@ from typing import Any, Callable
 from controller.process import ControllerProcess
 from fabric import topofile
 from fabric.emulation import Emulation, EmulationOptions, Faults, Leftovers, check_options
-from fabric.emulation.system import has_netem
+from fabric.emulation.system import has_netem, tunnel_kinds
 from fabric.errors import DeadlineError, EmulationError
 from fabric.model import Fabric
 from fabric.polling import waited_s
@@ -104,7 +104,8 @@ class Lab:
     def start(self) -> "Lab":
         # Refuse bad input before anything is built: routing, emulation options, privileges.
         load_policy(self.routing)
-        check_options(self.fabric, self.opts, has_netem=has_netem())
+        check_options(self.fabric, self.opts, has_netem=has_netem(),
+                      tunnel_kinds=tunnel_kinds() if self.opts.tunnel_links else frozenset())
         if os.geteuid() != 0:
             raise EmulationError("the emulation needs root (Mininet and Open vSwitch); run with sudo")
         if threading.current_thread() is threading.main_thread():

@@ -46,9 +46,10 @@ def test_a_row_from_a_run_follows_the_definitions():
 def test_ecmp_collisions_counted_by_hand(tmp_path):
     # leaf-spine-16 (4 spines). Ranks 0..3 on h0, h4, h1, h5: the ring h0 -> h4 -> h1 -> h5 -> h0 sends
     # h0 -> h4 and h1 -> h5 out of leafA0, h4 -> h1 and h5 -> h0 out of leafA1. One channel, planned
-    # (`pair_sport`): pair (a, b) leaves its leaf by uplink (a + b) mod 4 (16 slots, 4 spines). leafA0:
-    # 0 + 4 -> uplink 0, 1 + 5 -> uplink 2: no collision, 2 uplinks idle. leafA1: 4 + 1 and 5 + 0 both
-    # -> uplink 1 while 3 carry none: 1 collision. 4 choices (one per connection, at its leaf).
+    # (`pair_sport`): pair (a, b) leaves its leaf by uplink (a + b + t) mod 4 (16 slots, 4 spines), the
+    # twist t = (a // 4) mod 2 (the uplink turns over every 4 of the count). leafA0: 0 + 4 + 0 -> uplink
+    # 0, 1 + 5 + 0 -> uplink 2: no collision, 2 uplinks idle. leafA1: 4 + 1 + 1 and 5 + 0 + 1 both ->
+    # uplink 2 while 3 carry none: 1 collision. 4 choices (one per connection, at its leaf).
     place = tmp_path / "place.yaml"
     place.write_text("{0: h0, 1: h4, 2: h1, 3: h5}\n")
     fab = topofile.load("leaf-spine-16")
@@ -56,7 +57,7 @@ def test_ecmp_collisions_counted_by_hand(tmp_path):
                           ReplayOptions(channels=1, placement=str(place), ports="planned"))
     # the collision is at leafA1, a switch of role "leaf"
     assert res.extra["ecmp"] == {"collisions": 1, "choices": 4, "ports_idle": 5, "by_role": {"leaf": 1}}
-    # with 4 channels, channel c of every pair takes uplink (4 (a + b) + c) mod 4 = c: each uplink
+    # with 4 channels, channel c of every pair takes uplink (4 (a + b + t) + c) mod 4 = c: each uplink
     # carries one connection of each of its leaf's 2 pairs; no collision, nothing idle
     res4 = simulated(workload([coll(size=400_000, n=4)], n=4, timed=False), "t", fab, "ecmp",
                            ReplayOptions(channels=4, placement=str(place), ports="planned"))
@@ -88,6 +89,19 @@ def test_seed_figures_are_judged_by_direction_and_ratio():
     assert got["step_mean_us"]["direction_reproduced"] and not got["step_mean_us"]["size_reproduced"]
     assert not got["step_p99_us"]["direction_reproduced"] and "opposite" in got["step_p99_us"]["differs"]
     assert not got["comm_share"]["direction_reproduced"] and "equal" in got["comm_share"]["differs"]
+
+
+def test_steps_within_the_tie_band_are_a_tie_and_beyond_it_a_direction():
+    # 9.018 / 8.999 s: 0.21% apart, inside the 1% the simulator resolves: no verdict either way
+    pyr = row("pyramid-1024", "ecmp", 1024, 9.018e6, comm_share=0.19, hottest_by_tier={"tor->agg": 0.69})
+    dual = row("dual-plane-1024", "adaptive", 1024, 8.999e6, comm_share=0.165)
+    got = {s["metric"]: s for s in cmp.seed_check([pyr, dual])}
+    assert not got["step_mean_us"]["direction_reproduced"] and "+0.21%" in got["step_mean_us"]["differs"]
+    # a comm share 15% lower (0.165 / 0.19) is a direction, not a tie
+    assert got["comm_share"]["direction_reproduced"]
+    # 9.2 / 8.999: 2.2% apart, beyond the band: the dual-plane is faster, by less than the seed says
+    got = {s["metric"]: s for s in cmp.seed_check([row("pyramid-1024", "ecmp", 1024, 9.2e6), dual])}
+    assert got["step_mean_us"]["direction_reproduced"] and not got["step_mean_us"]["size_reproduced"]
 
 
 def test_compare_cli_runs_caches_and_reproduces(tmp_path: Path, capsys):

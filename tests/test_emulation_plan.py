@@ -104,9 +104,10 @@ def test_parse_fping_and_iperf():
     doc = ('{"intervals": [' + ",".join(
         f'{{"sum": {{"end": {e}, "bits_per_second": {b}}}}}' for e, b in
         ((0.5, 1e6), (1.0, 9e6), (1.5, 10e6), (2.0, 20e6), (2.5, 11e6))) +
-           '], "end": {"sum_received": {"bits_per_second": 10.2e6}}}')
+           '], "end": {"sum_received": {"bits_per_second": 10.2e6, "bytes": 3187500}}}')
     res = parse_iperf_json("noise before " + doc, "h0 -> h1", warmup_s=1.0)
     assert res.mbps == pytest.approx(10.2)
+    assert res.received_bytes == 3187500
     # intervals ending after 1 s: 10, 20, 11 Mbit/s -> median 11
     assert res.steady_mbps == pytest.approx(11.0)
     assert res.best_mbps == pytest.approx(20.0)  # not the 9 Mbit/s interval of the warm-up

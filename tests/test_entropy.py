@@ -14,10 +14,10 @@ from fabric import builders, topofile
 from fabric.errors import RoutingError, TopologyError
 from fabric.flowsim.connections import plan_connections
 from fabric.routing import PathTable, load_policy, plan_entropy
-from fabric.routing.entropy import pair_sport, smallest_port_at_least
+from fabric.routing.entropy import pair_sport, smallest_port_at_least, twist_blocks
 from fabric.flowsim.collisions import ecmp_collisions
 from fabric.flowsim import directed_links
-from fabric.flowsim.connections import pair_key, plan_connection_table
+from fabric.flowsim.connections import pair_key, plan_connection_table, planned_sports
 from fabric.flowsim.routes import LinkRoutes
 
 FABRICS = {
@@ -137,3 +137,77 @@ def test_the_channels_of_a_pair_take_distinct_next_hops_and_ports_and_two_take_t
         pair_sport(entropy, 0, 1, 0, 17)
     with pytest.raises(RoutingError, match="channel 2"):
         pair_sport(entropy, 0, 1, 2, 2)
+
+
+def test_twist_blocks_are_where_each_tiers_next_hop_turns_over():
+    # w = channels x f + channel over fan-outs F1, F2, ...: tier i's digit turns over every
+    # (F1 x ... x Fi) / channels of f (over their common factor where channels does not divide it)
+    fan = {name: plan_entropy(PathTable(topofile.load(name))) for name in ("dual-plane-1024", "pyramid-1024",
+                                                                           "pyramid-16", "dual-plane-16")}
+    assert twist_blocks(fan["dual-plane-1024"], 2) == (16,)  # 32 spines / 2 channels
+    assert twist_blocks(fan["dual-plane-1024"], 1) == (32,)
+    assert twist_blocks(fan["pyramid-1024"], 2) == (2, 16, 64)  # ToR 4, agg 8, core 4: 4/2, 32/2, 128/2
+    assert twist_blocks(fan["pyramid-16"], 4) == (2,)  # 2, 4, 8 over 4 channels: 1, 1, 2
+    assert twist_blocks(fan["dual-plane-16"], 2) == ()  # 2 spines / 2 channels: no block above 1
+
+
+def test_pair_sport_and_planned_sports_are_one_rule():
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    for name in ("pyramid-16", "leaf-spine-16", "dual-plane-16", "pyramid-1024", "dual-plane-1024-servers"):
+        entropy = plan_entropy(PathTable(topofile.load(name)))
+        for channels in (1, 2, 3, 4):
+            src, dst = rng.integers(0, 1024, 500), rng.integers(0, 1024, 500)
+            channel = rng.integers(0, channels, 500)
+            arrays = planned_sports(entropy, src, dst, channel, channels).tolist()
+            assert arrays == [pair_sport(entropy, int(a), int(b), int(c), channels)
+                              for a, b, c in zip(src, dst, channel)], (name, channels)
+
+
+def shifted_hops(name, senders, shift, channels=2):
+    """(switch, next switch) -> connections of the pairs (s, s + shift) for s in `senders` (host indexes),
+    on the adaptive policy's paths under default weights."""
+    fab = topofile.load(name)
+    policy = load_policy("adaptive")(PathTable(fab))
+    hosts = [h.name for h in fab.hosts]
+    conns = plan_connections(fab, policy.entropy, [(hosts[s], hosts[s + shift]) for s in senders],
+                             channels=channels)
+    return fab, switch_hops(fab, policy, [c for cs in conns.values() for c in cs]), conns
+
+
+def test_pipeline_pairs_of_a_leaf_use_every_uplink():
+    # dual-plane-1024-servers: leaf 0 of each plane holds hosts 0..31 (servers 0-3); GPU g of server x
+    # sends to GPU g of server x + 4 (host s -> s + 32, all on leaf 1). Per plane 32 senders x 2
+    # channels = 64 connections over the leaf's 32 uplinks: 2 on each, and 2 on each of the 32
+    # downlinks into leaf 1. (The rule before the twist stepped the count by 4 per sender: 16
+    # uplinks, 4 on each.) By hand, 32 spines and 2 channels turn over every 16 of the count:
+    # h0 -> h32: 0 + 32 + 0 = 32, w = 64 + c, spine c; h16 -> h48: 16 + 48 + 1 (16 // 16 is odd) = 65,
+    # w = 130 + c, spine 2 + c (without the twist 128 + c: spine c, on h0's).
+    fab, hops, conns = shifted_hops("dual-plane-1024-servers", range(32), 32)
+    for plane in "AB":
+        up = [n for (u, v), n in hops.items() if u == f"leaf{plane}0"]
+        down = [n for (u, v), n in hops.items() if v == f"leaf{plane}1"]
+        assert len(up) == len(down) == 32 and set(up) == set(down) == {2}, plane
+    policy = load_policy("adaptive")(PathTable(fab))
+    spine = {pair: [policy.path(c.src, c.dst, c.sport)[2] for c in cs if c.plane == "A"]
+             for pair, cs in conns.items()}
+    assert spine[("h0", "h32")] == ["spineA0", "spineA1"]
+    assert spine[("h16", "h48")] == ["spineA2", "spineA3"]
+
+
+def test_a_pods_pipeline_pairs_use_every_uplink_of_both_tiers():
+    # pyramid-1024-servers: pod 0 holds hosts 0..255 (ToRs 0-7, 4 aggregation switches, each linked to
+    # all 8 cores). Host s sends to s + 256 (pod 1): 256 x 2 = 512 connections. Out of each ToR 64
+    # over its 4 uplinks: 16 each; out of the pod over its 4 x 8 = 32 aggregation-to-core links: 16
+    # each. (The rule before the twist took 2 of a ToR's 4 uplinks, 32 on each, and 16 of the pod's 32
+    # core links.)
+    fab, hops, _ = shifted_hops("pyramid-1024-servers", range(256), 256)
+    role = {s.name: s.role for s in fab.switches}
+    tors = {p.switch for h in fab.hosts[:256] for p in fab.nics_of[h.name]}
+    aggs = {adj.peer for t in tors for adj in fab.adjacency[t] if role.get(adj.peer) == "agg"}
+    tor_up = [n for (u, v), n in hops.items() if u in tors]
+    agg_up = [n for (u, v), n in hops.items() if u in aggs and role[v] == "core"]
+    assert len(tors) == 8 and len(aggs) == 4
+    assert len(tor_up) == 32 and set(tor_up) == {16}
+    assert len(agg_up) == 32 and set(agg_up) == {16}

@@ -75,6 +75,20 @@ def test_a_1_mib_ring_over_1024_ranks_is_latency_bound_by_default():
     assert busbw_bps(n, size, res.job_time_s[0]) < 0.002 * 400e9
 
 
+def test_the_resolution_is_exact_for_traces_and_coarse_for_generated_llm_steps_unless_given():
+    from fabriclab.cli import build_parser
+    from fabriclab.commands import _sim_options
+
+    def res_us(argv, llm):
+        return _sim_options(build_parser().parse_args(argv), llm=llm).resolution_s * 1e6
+
+    for command in ("sim", "compare"):
+        assert res_us([command], llm=False) == pytest.approx(0.001)  # 1 ns: exact to the model
+        assert res_us([command], llm=True) == pytest.approx(5.0)  # MB-sized transfers: 5 us
+        assert res_us([command, "--resolution-us", "0.5"], llm=True) == pytest.approx(0.5)  # asked: kept
+        assert res_us([command, "--resolution-us", "2"], llm=False) == pytest.approx(2.0)
+
+
 def test_sim_and_compare_default_to_the_stated_latency_and_say_so(tmp_path):
     from fabriclab.cli import build_parser, main
     from fabriclab.commands import _sim_options

@@ -25,6 +25,7 @@ class IperfResult:
     mbps: float  # received, over the whole run (after the omitted start)
     intervals: tuple[tuple[float, float], ...]  # (end time s, Mbit/s) per reporting interval
     warmup_s: float
+    received_bytes: int = 0  # payload the receiver got over the whole run (after the omitted start)
 
     @property
     def steady(self) -> list[float]:
@@ -57,7 +58,7 @@ def parse_iperf_json(text: str, label: str, warmup_s: float) -> IperfResult:
         source = server["intervals"] if isinstance(server, dict) and server.get("intervals") else data["intervals"]
         intervals = tuple((float(i["sum"]["end"]), float(i["sum"]["bits_per_second"]) / 1e6)
                           for i in source if not i["sum"].get("omitted"))
-        return IperfResult(float(total["bits_per_second"]) / 1e6, intervals, warmup_s)
+        return IperfResult(float(total["bits_per_second"]) / 1e6, intervals, warmup_s, int(total.get("bytes", 0)))
     except (ValueError, KeyError, TypeError) as e:
         raise EmulationError(f"iperf3 {label} gave no result: {text.strip()[-300:]}") from e
 

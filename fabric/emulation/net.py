@@ -8,7 +8,8 @@ This is the only module that imports Mininet. It runs what `fabric.emulation.pla
   numbers, connected to the controller's Unix socket; kernel datapath where the `openvswitch` module
   is loaded, userspace (`netdev`) otherwise (probed);
 - links: HTB-shaped at `rate_gbps x mbps_per_gbps` Mbit/s (one scale factor for the whole fabric);
-  offloads and IPv6 off on the switch ends;
+  offloads and IPv6 off on the switch ends; a veth pair each, or, for the links `tunnel_links` names,
+  a VXLAN or GRE tunnel between two namespaces standing for two servers (`fabric.emulation.tunnels`);
 - hosts: one interface per NIC port (`h0-eth0` in plane A, `h0-eth1` in plane B), the model's
   address and MAC, offloads off, IPv6 off, static ARP for every NIC in the same plane, no default route;
 - teardown that leaves no daemon, namespace, veth or process of the run behind, checked by `leftovers()`.
@@ -30,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fabric.emulation import claims, ovs, plan, system
+from fabric.emulation import claims, ovs, plan, system, tunnels
 from fabric.emulation.plan import EmulationOptions
 from fabric.emulation.system import Leftovers
 from fabric.errors import EmulationError
@@ -65,12 +66,14 @@ class Emulation:
         self._switch_index = {s.name: i for i, s in enumerate(fabric.switches)}
         self._lossy: set[tuple[str, int]] = set()  # interfaces with a loss filter (`set_gray`)
         self._sinks: set[str] = set()  # nodes whose namespace has the lossy links' sink
+        self.tunnels: tunnels.TunnelPlan | None = None  # the tunnelled links, when `opts.tunnel_links` names any
 
     # -- lifecycle --
     def start(self) -> "Emulation":
         if os.geteuid() != 0:
             raise EmulationError("the emulation needs root (Mininet and Open vSwitch); run with sudo")
-        plan.check_options(self.fabric, self.opts, has_netem=system.has_netem())
+        plan.check_options(self.fabric, self.opts, has_netem=system.has_netem(),
+                           tunnel_kinds=system.tunnel_kinds() if self.opts.tunnel_links else frozenset())
         if not self.controller_target.startswith("unix:"):
             raise EmulationError(f"the switches reach the controller on a Unix socket (unix:PATH), got "
                                  f"{self.controller_target!r}: 127.0.0.1 of this namespace is not theirs")
@@ -88,8 +91,10 @@ class Emulation:
         self._instances = {
             s.name: ovs.OvsInstance(s.name, f"fl-{run}-{s.name}", base / s.name) for s in self.fabric.switches
         }
-        self._claim = claims.claim("emulation", namespaces=[i.netns for i in self._instances.values()],
-                                   paths=[str(base)])
+        if self.opts.tunnel_links:
+            self.tunnels = tunnels.plan_tunnels(self.fabric, self.opts.tunnel_links, self.opts.tunnel_kind, run)
+        self._claim = claims.claim("emulation", namespaces=[i.netns for i in self._instances.values()]
+                                   + list(self._server_namespaces()), paths=[str(base)])
         self._rundir = base
         switch_cls = partial(_switch_class(), instances=self._instances)
         self.net = Mininet(topo=None, switch=switch_cls, controller=None, link=Link, ipBase="198.18.0.0/15",
@@ -98,6 +103,7 @@ class Emulation:
             ovs.start_all(list(self._instances.values()), self._add_pids)
             self._build()
             self.net.start()  # hosts only: the switches' bridges are made next
+            self._make_tunnels()  # their ports must exist before the bridges
             with system.raised_socket_buffers(SWITCH_PORT_SOCKET_BYTES):
                 self._make_bridges()  # ovs-vsctl waits until vswitchd has added every port
             self._configure_switch_ports()
@@ -120,6 +126,8 @@ class Emulation:
             net.addHost(host.name, ip=None)
         nic_at = {(p.host, p.nic): p for p in fab.nic_ports}
         for link in fab.links:
+            if self.tunnels is not None and self.tunnels.carries(link.a.node, link.b.node):
+                continue  # its ends are tunnel devices (`_make_tunnels`)
             params: list[dict[str, str]] = []
             macs: list[str] = []
             for end in (link.a, link.b):
@@ -137,6 +145,33 @@ class Emulation:
                         addr2=macs[1], params1=params[0], params2=params[1])
         net.build()
         self._add_pids([n.pid for n in net.hosts + net.switches if getattr(n, "pid", None)])
+
+    def _server_namespaces(self) -> tuple[str, ...]:
+        return self.tunnels.servers if self.tunnels is not None else ()
+
+    def _make_tunnels(self) -> None:
+        """The two stand-in servers' namespaces, their wire, and each tunnelled link's two ends, moved
+        into their switches' namespaces (`tunnels.build_commands`)."""
+        if self.tunnels is None:
+            return
+        system.run_batch(["ip"], "".join(f"netns add {ns}\n" for ns in self.tunnels.servers),
+                         "creating the servers' network namespaces")
+        macs = {(end.node, end.port): plan.port_mac(self._switch_index[end.node], end.port)
+                for link in self.fabric.links for end in (link.a, link.b) if end.node in self._switch_index}
+        netns = {name: inst.netns for name, inst in self._instances.items()}
+        for cmd in tunnels.build_commands(self.tunnels, netns, macs):
+            res = subprocess.run(list(cmd.argv), input=cmd.stdin, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                raise EmulationError(f"{cmd.what} failed: {(res.stderr or res.stdout).strip()[-300:]}")
+
+    def _remove_servers(self) -> None:
+        """Delete the stand-in servers' namespaces: their wire, and every tunnel device made in them
+        (the kernel deletes those wherever they were moved). Best effort."""
+        present = set(ovs.namespaces())
+        gone = [ns for ns in self._server_namespaces() if ns in present]
+        if gone:
+            subprocess.run(["ip", "-force", "-batch", "-"], input="".join(f"netns del {n}\n" for n in gone),
+                           capture_output=True, text=True, check=False)
 
     def _make_bridges(self) -> None:
         """Each switch's bridge in its own Open vSwitch, one transaction each, all side by side."""
@@ -198,6 +233,7 @@ class Emulation:
         finally:
             # Mininet's stop is best effort; remove whatever of ours is still there.
             ovs.remove(instances)
+            self._remove_servers()
             for pid in system.present(set(), set(), self._pids).pids:
                 system.kill(pid)
             if self._claim is not None and self.leftovers().empty():
@@ -211,8 +247,10 @@ class Emulation:
 
     # -- state --
     def leftovers(self) -> Leftovers:
-        """What of this run still exists (processes, the switches' namespaces, Open vSwitch's files)."""
-        return system.present(set(), set(), self._pids, {i.netns for i in self._instances.values()},
+        """What of this run still exists (processes, the switches' and stand-in servers' namespaces,
+        Open vSwitch's files)."""
+        return system.present(set(), set(), self._pids,
+                              {i.netns for i in self._instances.values()} | set(self._server_namespaces()),
                               {str(self._rundir)} if self._rundir is not None else set())
 
     @property

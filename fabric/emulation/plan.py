@@ -1,7 +1,8 @@
 """What to build, computed from the model (pure; unit-tested without root).
 
-- `EmulationOptions` and `check_options`: how real rates map onto the emulator, and what this
-  machine cannot emulate faithfully (refused with the reason, before anything is built);
+- `EmulationOptions` and `check_options`: how real rates map onto the emulator, which links a tunnel
+  carries (`fabric.emulation.tunnels`), and what this machine cannot emulate faithfully (refused with
+  the reason, before anything is built);
 - switches: each bridge as one `ovs-vsctl` transaction (`bridge_vsctl_args`), switch-port MACs;
 - batches: `tc -batch` input shaping links with HTB, `ip -batch` input installing static ARP,
   and the per-host set-up commands (offloads off, IPv6 off, no ICMP rate limit).
@@ -12,7 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import AbstractSet
 
+from fabric.emulation import tunnels
 from fabric.errors import EmulationError, UnsupportedError
 from fabric.limits import HTB_BURST_BYTES
 from fabric.model import Fabric, intf_name
@@ -41,6 +44,9 @@ class EmulationOptions:
     mbps_per_gbps: emulated Mbit/s per real Gbit/s (0.1: a 200G NIC runs at 20 Mbit/s).
     datapath: 'auto' (probe), 'kernel' or 'user'.
     delay_us, loss_pct: per-link delay and random loss; need sch_netem.
+    tunnel_links: switch-to-switch links (pairs of switch names) carried by a tunnel between two
+    stand-in servers instead of a veth pair (`fabric.emulation.tunnels`, docs/cluster.md);
+    tunnel_kind: 'vxlan' or 'gre'.
     """
 
     mbps_per_gbps: float = 0.1
@@ -48,14 +54,18 @@ class EmulationOptions:
     delay_us: float = 0.0
     loss_pct: float = 0.0
     protocols: str = "OpenFlow13,OpenFlow15"
+    tunnel_links: tuple[tuple[str, str], ...] = ()
+    tunnel_kind: str = "vxlan"
 
 
 def link_mbps(rate_gbps: float, opts: EmulationOptions) -> float:
     return rate_gbps * opts.mbps_per_gbps
 
 
-def check_options(fabric: Fabric, opts: EmulationOptions, *, has_netem: bool) -> None:
-    """Refuse what this machine cannot emulate faithfully, naming the problem."""
+def check_options(fabric: Fabric, opts: EmulationOptions, *, has_netem: bool,
+                  tunnel_kinds: AbstractSet[str] = frozenset(tunnels.TUNNEL_KINDS)) -> None:
+    """Refuse what this machine cannot emulate faithfully, naming the problem. `tunnel_kinds`: the
+    tunnels this kernel has (`fabric.emulation.system.tunnel_kinds`)."""
     if opts.datapath not in ("auto", "kernel", "user"):
         raise UnsupportedError(f"datapath must be auto, kernel or user, got {opts.datapath!r}")
     if not opts.mbps_per_gbps > 0:
@@ -81,6 +91,7 @@ def check_options(fabric: Fabric, opts: EmulationOptions, *, has_netem: bool) ->
         for end in (link.a, link.b):
             if end.port > MAX_PORT:
                 raise UnsupportedError(f"{end.node} port {end.port} exceeds {MAX_PORT}")
+    tunnels.check_tunnels(fabric, opts.tunnel_links, opts.tunnel_kind, tunnel_kinds)
 
 
 def port_mac(switch_index: int, port: int) -> str:

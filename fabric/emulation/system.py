@@ -1,6 +1,7 @@
 """What this machine has and what a run left on it (thin I/O: /sys, ovs-vsctl, ip).
 
-- kernel modules (`openvswitch` for the kernel datapath, `sch_netem` for delay/loss), probed;
+- kernel modules (`openvswitch` for the kernel datapath, `sch_netem` for delay/loss, `vxlan` and
+  `ip_gre` for tunnelled links), probed;
 - whether Open vSwitch is installed;
 - which of a run's processes, namespaces, files (and, from older runs, bridges and interfaces)
   still exist (`present`);
@@ -13,6 +14,7 @@ import contextlib
 import ctypes
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -43,6 +45,26 @@ def probe_datapath() -> str:
 
 def has_netem() -> bool:
     return kernel_module_loaded("sch_netem")
+
+
+def tunnel_kinds() -> frozenset[str]:
+    """The kinds of tunnel (`fabric.emulation.tunnels.TUNNEL_KINDS`) this kernel can make."""
+    from fabric.emulation.tunnels import KIND_MODULES
+
+    return frozenset(kind for kind, module in KIND_MODULES.items() if kernel_module_loaded(module))
+
+
+def link_counters(netns: str, dev: str) -> tuple[int, int, int, int]:
+    """(tx bytes, tx packets, rx bytes, rx packets) of interface `dev` in network namespace `netns`,
+    as the kernel counts them (`ip -s -j link show`)."""
+    res = subprocess.run(["ip", "-netns", netns, "-s", "-j", "link", "show", "dev", dev], capture_output=True,
+                         text=True, check=False)
+    try:
+        stats = json.loads(res.stdout)[0]["stats64"]
+        return (int(stats["tx"]["bytes"]), int(stats["tx"]["packets"]), int(stats["rx"]["bytes"]),
+                int(stats["rx"]["packets"]))
+    except (ValueError, LookupError, TypeError):
+        raise EmulationError(f"no counters for {dev} in {netns}: {res.stderr.strip()[-200:]}") from None
 
 
 OVS_PROGRAMS = ("ovsdb-server", "ovsdb-tool", "ovs-vswitchd", "ovs-vsctl", "ovs-ofctl")

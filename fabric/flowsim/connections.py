@@ -6,7 +6,8 @@ per plane both hosts are in (in the sender's NIC order); a transfer is split eve
 connections (`fabric.transfers.split_bytes`). Source ports:
 - `planned`: connection c of hosts (a, b) gets `fabric.routing.entropy.pair_sport` (the one rule
   both use): under default weights the channels of a pair take distinct equal-cost next hops,
-  and the pairs of a host spread over all of them;
+  and the pairs of a host spread over all of them, as do a leaf's pairs at a constant distance
+  (a pipeline's stages, a ring across leaves);
 - `hashed`: drawn from `random.Random(seed)` in Linux's ephemeral range
   32768..60999, pairs in order of (lane, sender index, receiver index), NICs in order, channels in
   order, drawing again if the (source address, source port, destination address, lane) is taken.
@@ -29,7 +30,7 @@ import numpy as np
 from fabric.flowsim.maxmin import FlowSimError, IntArray
 from fabric.model import Fabric, NicPort
 from fabric.analysis import edge_order
-from fabric.routing.entropy import EPHEMERAL_BASE, EntropyPlan, pair_sport
+from fabric.routing.entropy import EPHEMERAL_BASE, EntropyPlan, pair_sport, twist_blocks
 
 PORT_RULES = ("planned", "hashed")
 #: Linux's default ephemeral range (net.ipv4.ip_local_port_range), as the replay draws from it.
@@ -201,19 +202,27 @@ def plan_connection_table(fabric: Fabric, entropy: EntropyPlan, pair_keys: IntAr
 
 def planned_sports(entropy: EntropyPlan, src_index: IntArray, dst_index: IntArray, channel: IntArray,
                    channels: int) -> IntArray:
-    """`pair_sport` for arrays of connections: the mixed-radix count over the tiers' slots, the ports
-    of the few distinct slot combinations looked up once each."""
+    """`pair_sport` for arrays of connections: the rule's count, then its mixed-radix slots
+    (`sports_of_counts`)."""
     if not entropy.fields:  # no decisions anywhere: the channels only need ports of their own
         return EPHEMERAL_BASE + 2 * np.asarray(channel, dtype=np.int64)
     if src_index.size:  # the rule's own checks, once (channel and channels are the same everywhere)
         pair_sport(entropy, 0, 0, int(channel.max()), channels)
-    w = channels * (src_index + dst_index) + channel
+    blocks = twist_blocks(entropy, channels)
+    twist = sum((src_index // b for b in blocks), np.zeros_like(src_index)) % 2  # `source_twist`, on arrays
+    return sports_of_counts(entropy, channels * (src_index + dst_index + twist) + channel)
+
+
+def sports_of_counts(entropy: EntropyPlan, count: IntArray) -> IntArray:
+    """The source port of each of `count` (>= 0) as `pair_sport` turns its count into one: the mixed-radix
+    count over the tiers' slots, the ports of the few distinct slot combinations looked up once each."""
+    w = np.asarray(count, dtype=np.int64)
     tiers = sorted(entropy.fields)
     slots = []
     for tier in tiers:
         slots.append(w % entropy.slots(tier))
         w = w // entropy.fan_outs[tier]
-    code = np.zeros(src_index.size, dtype=np.int64)
+    code = np.zeros(w.size, dtype=np.int64)
     for tier, s in zip(tiers, slots):
         code = code * entropy.slots(tier) + s
     # the combinations number at most 2^13 (the slot fields' bits): a table over all of them

@@ -18,6 +18,7 @@ Moving a slot to another port is how weights shift.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from fabric.errors import RoutingError, TopologyError
@@ -100,22 +101,57 @@ class EntropyPlan:
         return port
 
 
+def twist_blocks(entropy: EntropyPlan, channels: int) -> tuple[int, ...]:
+    """The block sizes, in units of the rule's count f (`pair_sport`), at which the tiers' next hops turn
+    over: the count's slots are w = channels x f + channel read as a mixed-radix number over the deciding
+    tiers' fan-outs F1, F2, ..., so tier i's digit turns over every (F1 x ... x Fi) / channels of f
+    (divided by their common factor where channels does not divide the product); the sizes above 1,
+    ascending."""
+    blocks: list[int] = []
+    product = 1
+    for tier in sorted(entropy.fields):
+        product *= entropy.fan_outs[tier]
+        block = product // math.gcd(product, channels)
+        if block > 1 and (not blocks or block > blocks[-1]):
+            blocks.append(block)
+    return tuple(blocks)
+
+
+def source_twist(src_index: int, blocks: tuple[int, ...]) -> int:
+    """1 where the source's block numbers (its index // each of `blocks`) have an odd sum, else 0."""
+    return sum(src_index // b for b in blocks) % 2
+
+
 def pair_sport(entropy: EntropyPlan, src_index: int, dst_index: int, channel: int, channels: int) -> int:
     """The planned source port of connection `channel` (of `channels`) from host `src_index` to host
     `dst_index` (the replay's planned ports and the simulator's use this one rule). The indices are the
     hosts' places in edge-switch order (`fabric.analysis.edge_order`: the host index on server-wired
     fabrics; on rail-wired ones the hosts of a leaf are counted together, as the rule needs).
 
-    With w = channels x (src_index + dst_index) + channel, the slot at the lowest deciding tier is
-    w mod its slots, at the next tier (w // f0) mod its slots, then (w // (f0 x f1)) mod ..., where
-    f is each tier's fan-out. Under default weights (slot s -> the (s mod f)-th next hop) that is
-    a mixed-radix count over the next hops, so:
+    The count is w = channels x (src_index + dst_index + t) + channel, where the twist t
+    (`source_twist` over `twist_blocks`) is 1 where the source's block numbers, at the sizes where the
+    tiers' next hops turn over, have an odd sum, else 0. The slot at the lowest deciding tier is
+    w mod its slots, at the next tier (w // F1) mod its slots, then (w // (F1 x F2)) mod ..., where F
+    is each tier's fan-out. Under default weights (slot s -> the (s mod F)-th next hop) that is a
+    mixed-radix count over the next hops, so:
     - the channels of a pair take consecutive next hops at the first tier (distinct ones while
       channels <= its fan-out; their source ports differ while channels <= its slots);
     - a host sending to every other host (an all-to-all) spreads over all of its edge switch's
-      uplinks, and a host receiving from every other over all of the downlinks into its edge switch
-      (each counts on through the residues as the peer's index does);
-    - with a fan-out of 2 and 2 channels, channel c takes the c-th next hop, whatever the pair."""
+      uplinks (its twist is fixed, the count steps by channels as the peer's index does), and a host
+      receiving from every other over all of the downlinks into its edge switch (the twist is fixed
+      within a block, so there the senders' counts step by channels too);
+    - pairs whose destination is the source plus a constant (a pipeline's stages, a ring across
+      leaves, a pairwise all-to-all's rounds) spread over every next hop as well. Without the twist
+      their count would step by 2 x channels, so a leaf's pairs would take every other next hop
+      (half the uplinks, each with twice the flows); the twist puts alternate blocks on the odd
+      steps. Exact where a leaf holds whole pairs of blocks (dual-plane-1024 with 2 channels:
+      blocks of 16, a leaf of 32 hosts, 2 flows on each of its 32 uplinks). Where a leaf holds a
+      single block (one channel and as many hosts on a leaf as uplinks) the twist is the same for
+      all of its hosts and its shifted pairs stay on every other next hop, as before; a count of
+      src + 2 x dst would spread them, at the cost of the point above (one host's pairs to every
+      other on half its uplinks): benchmarks/planned_ports_spread.py measures both;
+    - with a fan-out of 2 and 2 channels, channel c takes the c-th next hop, whatever the pair
+      (no block is above 1: no twist)."""
     if not 0 <= channel < channels:
         raise RoutingError(f"channel {channel} is not one of 0..{channels - 1}")
     if src_index < 0 or dst_index < 0:
@@ -124,7 +160,8 @@ def pair_sport(entropy: EntropyPlan, src_index: int, dst_index: int, channel: in
         return EPHEMERAL_BASE + 2 * channel
     if channels > (most := entropy.slots(min(entropy.fields))):
         raise RoutingError(f"{channels} channels per pair: at most {most} have source ports of their own")
-    w = channels * (src_index + dst_index) + channel
+    twist = source_twist(src_index, twist_blocks(entropy, channels))
+    w = channels * (src_index + dst_index + twist) + channel
     slots = {}
     for tier in sorted(entropy.fields):
         slots[tier] = w % entropy.slots(tier)

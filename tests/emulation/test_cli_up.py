@@ -44,14 +44,14 @@ FABRICLAB = [sys.executable, "-m", "fabriclab.cli"]
 
 
 @contextlib.contextmanager
-def held_up(topology: str, sigint_ignored: bool = False) -> Iterator[subprocess.Popen[str]]:
-    """`fabriclab up TOPOLOGY --hold`, once it reports the fabric up; killed at the end if still running.
-    `sigint_ignored`: started as a non-interactive shell starts a background job (`&`, nohup), SIGINT
-    ignored."""
+def held_up(topology: str, sigint_ignored: bool = False, args: tuple[str, ...] = ()) -> Iterator[subprocess.Popen[str]]:
+    """`fabriclab up TOPOLOGY --hold [ARGS]`, once it reports the fabric up; killed at the end if still
+    running. `sigint_ignored`: started as a non-interactive shell starts a background job (`&`, nohup),
+    SIGINT ignored."""
     def ignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    proc = subprocess.Popen(FABRICLAB + ["up", topology, "--hold"], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(FABRICLAB + ["up", topology, "--hold", *args], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=ignore_sigint if sigint_ignored else None)
     try:
         lines = read_until(proc.stderr, "fabric is up", timeout_s=120)

@@ -184,6 +184,8 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
                  f"every {sim.poll_s * 1e3:g} ms (exact link and slot rates to the policy; {res.polls} polls, "
                  f"{res.congestion_moves} slots moved)" if sim.poll_s > 0 else "off")),
              f"simulator cost: {res.rate_updates} rate computations, {res.route_changes} link events",
+             *([f"time resolution {sim.resolution_s * 1e6:g} us: events within it of the first are taken together "
+                "(--resolution-us)"] if sim.resolution_s > SimOptions().resolution_s else []),
              *_a2a_notes(a2a, res))
     faults = tuple({"kind": "link", "target": f"{e.switch}:{e.port}", "up": e.up, "at_emu_s": e.time_s}
                    for e in sorted(link_events, key=lambda e: e.time_s))
