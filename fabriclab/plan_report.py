@@ -231,9 +231,9 @@ def plot_png(res: Sequence[DesignResult], title: str, unit: str) -> bytes:
         ax.set_xlabel(f"cost ({unit})")
         ax.set_ylabel("step time, mean (s)")
         ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper left", fontsize=8)
+        legend = ax.legend(loc="upper left", fontsize=8)
         renderer = canvas.get_renderer()
-        placed = [ax.get_legend().get_window_extent(renderer)]
+        placed = [legend.get_window_extent(renderer)]
         for r in done:
             text = r.name + (f" ({r.step_mean_us / 1e6:.3g} s)" if r.step_mean_us / 1e6 > y_max else "")
             colour = "#c44e52" if r.pareto else "#404040"

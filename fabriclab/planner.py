@@ -339,7 +339,7 @@ def resolve(designs: Sequence[Design], gpus: int, default_gpus_per_server: int =
     seen: dict[str, str] = {}
     same: dict[str, str] = {}
     out = []
-    for d, c, name in zip(designs, choices, names):
+    for c, name in zip(choices, names):
         if name in seen:
             raise PlanError(f"two designs are named {name!r}; name them (name:) or make them differ")
         seen[name] = name
