@@ -38,6 +38,7 @@ from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_record, cmd_replay,
                                 cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show, cmd_up,
                                 cmd_workload_llm)
+from fabriclab.sweep import add_cluster_argument
 
 PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one rank every hosts/ranks hosts), "
                   "pods (whole servers spread evenly over the fabric's pods), fragmented[:OCC[:SEED]] (whole servers "
@@ -251,7 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
                     help="run each collective's steps in lockstep, each waiting for all of the step before "
                          "(default auto: above 1024 GPUs, where the exact dependencies can take hours)")
-    cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores)")
+    cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores; on a "
+                                             "--cluster, as many as its CPUs take)")
+    add_cluster_argument(cp)
     cp.add_argument("--cache", default="results/compare/cache",
                     help="where rows are cached by content (default results/compare/cache)")
     cp.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")
