@@ -30,9 +30,11 @@ Per row (definitions in docs/architecture.md; times real):
   max / mean load = the most bytes a link carried over the mean of all fabric links (1: perfectly
   even); ECMP collisions among the connections, counted on their paths (`ecmp_collisions`).
 
-Configurations run in parallel (`jobs` processes) and each row is cached in `cache_dir` under a key
-of everything it depends on: the trace's bytes, the template, routing, size, the options and the
-source code of `fabric` and `traffic`. A re-run with one size changed computes only that size.
+Rows run as Ray tasks (`fabriclab.sweep`), on a local Ray instance of `jobs` CPUs or on a cluster
+(`cluster`), and each row is cached in `cache_dir` under a key of everything it depends on: the trace's
+bytes, the template, routing, size, the options and the source code of `fabric` and `traffic`. A re-run
+with one size changed computes only that size. `plan_rows` gives the rows as tasks, `run_row` runs one in
+this process.
 """
 from __future__ import annotations
 

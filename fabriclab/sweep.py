@@ -194,7 +194,7 @@ class Session:
         one fails, `on_progress(key, message, where)` as it tells. Returns the failed tasks, in key order."""
         import ray
 
-        relay = ray.remote(num_cpus=0)(_Messages).remote()
+        relay: Any = ray.remote(num_cpus=0)(_Messages).remote()
         remote = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(_call)
         waiting = sorted(calls)
         pending: dict[Any, int] = {}
