@@ -542,7 +542,9 @@ def _sweep(tasks: list[dict[str, Any]], fabrics: list[Any], todo: list[int], job
             running.pop(i, None)
             report()
 
-        return session.run(_row_task, calls, limit=None if session.local else jobs, on_progress=told,
+        # rows start in table order, `jobs` (locally: the instance's CPUs) at a time; on a cluster without --jobs
+        # all are queued at once and its CPUs take them as they come
+        return session.run(_row_task, calls, limit=cpus if session.local else jobs, on_progress=told,
                            on_done=finished, on_failed=lost)
 
 

@@ -6,7 +6,7 @@
 
 Each call is one Ray task running `fn(tell, *args)` on some worker of the cluster: large arguments go
 through the object store once (`share`: `ray.put`), results stream back as they finish (`ray.wait`), and
-`tell(message)` in a task relays progress to the driver through a Ray queue (`on_progress(key, message,
+`tell(message)` in a task relays progress to the driver through a small actor (`on_progress(key, message,
 Where)`, with the worker's PID and node). A task whose worker process dies (killed, out of memory, its node
 lost) is run once more (`max_retries=1`, set here: Ray's default is 3) and reported failed if that dies too;
 an exception raised by `fn` is deterministic, so it is reported failed at once (`retry_exceptions=False`).

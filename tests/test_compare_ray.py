@@ -86,7 +86,10 @@ def test_eight_rows_over_a_two_node_cluster_equal_the_single_process_rows(cluste
     assert len(seen.nodes) == 2  # both nodes ran rows
 
 
-def test_a_worker_killed_mid_row_loses_no_row(cluster, reference, driver):
+def test_a_worker_killed_mid_row_loses_no_row(cluster, reference, driver, monkeypatch):
+    # the cluster named by RAY_ADDRESS, as a driver on one of its nodes (its GCS address); only its nodes have
+    # TEST_DIR_ENV, so a row that ran anywhere else would never stall, and this test would fail
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)
     series = [s if s.routing != "static" else STALLS for s in BASE]
     stalled = cluster.marks / "stalled"
     killed: list[int] = []
@@ -98,7 +101,7 @@ def test_a_worker_killed_mid_row_loses_no_row(cluster, reference, driver):
 
     killer = threading.Thread(target=kill_the_stalled_worker, daemon=True)
     killer.start()
-    rows = cmp.compare(TRACE, series, SIZES, cluster=cluster.address)  # a driver on a node
+    rows = cmp.compare(TRACE, series, SIZES)
     killer.join(timeout=60)
     labels = [t["row"] for t in cmp.plan_rows(TRACE, series, SIZES)[0]]
     assert [same(r) for r in rows] == [reference[label] for label in labels]
