@@ -28,6 +28,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,8 @@ ADDRESS_ENV = "RAY_ADDRESS"
 MAX_RETRIES = 1
 #: how often the driver looks at the tasks' progress and results (seconds)
 POLL_S = 0.2
+#: how long the end of a session waits for a local instance's processes to exit (seconds)
+SHUTDOWN_S = 10.0
 #: the packages a cluster's job ships (its nodes run this checkout's code)
 PACKAGES = ("fabric", "traffic", "controller", "fabriclab")
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,6 +112,36 @@ def _call(fn: Callable[..., Any], key: int, relay: Any, *args: Any) -> Any:
     return fn(tell, *args)
 
 
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state) of every process (Linux /proc)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            out[int(d.name)] = (int(fields[1]), fields[0])
+    return out
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for p, (parent, _) in _processes().items():
+        children.setdefault(parent, []).append(p)
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _alive(pids: set[int]) -> bool:
+    procs = _processes()
+    return any(p in procs and procs[p][1] != "Z" for p in pids)
+
+
 def _failure(key: int, err: Exception) -> Failure:
     """What `ray.get` raised for task `key`, as a failure: the task's own exception (raised once, not retried),
     or its worker process lost on both attempts."""
@@ -133,6 +166,7 @@ class Session:
         self.owned = False
         self.local = self.address is None
         self.temp_dir: str | None = None
+        self.children_before: set[int] = set()
 
     def __enter__(self) -> Session:
         import ray
@@ -142,6 +176,7 @@ class Session:
             return self
         main = threading.current_thread() is threading.main_thread()
         previous = signal.getsignal(signal.SIGTERM) if main else None
+        self.children_before = set(_descendants(os.getpid()))
         kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
         if self.local:
             # its session files (logs, sockets) in a directory of its own, removed with it: nothing left in /tmp/ray
@@ -170,8 +205,14 @@ class Session:
         if self.owned:
             import ray
 
+            started = set(_descendants(os.getpid())) - self.children_before
             ray.shutdown()
             self.owned = False
+            # ray.shutdown returns before every process of a local instance has exited (its dashboard process
+            # writes its logs for a second more): wait for them, so that the session files can go
+            end = time.monotonic() + SHUTDOWN_S
+            while _alive(started) and time.monotonic() < end:
+                time.sleep(0.05)
         self._remove_temp_dir()
 
     def _remove_temp_dir(self) -> None:

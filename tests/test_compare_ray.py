@@ -166,6 +166,7 @@ def test_sigterm_ends_the_command_its_rows_and_its_ray_instance(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH"))
                                         if x)
     err = tmp_path / "stderr"
+    ray_dirs = set(Path("/tmp").glob("fabriclab-ray-*"))
     with err.open("wb") as f:
         proc = subprocess.Popen([sys.executable, "-m", "fabriclab.cli", "compare", TRACE, "--topology", "pyramid-16",
                                  "--routing", "ecmp", "--topology", "dual-plane-16", "--routing", "adaptive",
@@ -185,3 +186,4 @@ def test_sigterm_ends_the_command_its_rows_and_its_ray_instance(tmp_path):
             proc.kill()
             proc.wait()
     assert "interrupted; torn down" in err.read_text()
+    assert set(Path("/tmp").glob("fabriclab-ray-*")) <= ray_dirs  # its session files removed with it
