@@ -17,7 +17,7 @@
                                                 the same on the flow-level simulator: no root, any size
     fabriclab compare [TRACE] [--topology T --routing R ...] [--sizes N ...]
                                                 a trace over fabrics, routings and sizes on the simulator
-    fabriclab plan [TRACE | --model SPEC] [--gpus N] [--designs FILE] [--prices FILE]
+    fabriclab plan [TRACE | --model SPEC] [--gpus N] [--designs FILE] [--prices FILE] [--cluster ADDRESS]
                                                 the what-if planner: designs swept on the simulator, their
                                                 step, p99, cost in parts and the Pareto front
     fabriclab report DIR [DIR2]                 re-render a run's report, or put two runs side by side
@@ -41,6 +41,7 @@ from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_plan, cmd_record,
                                 cmd_replay, cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show,
                                 cmd_up, cmd_workload_llm)
+from fabriclab.sweep import add_cluster_argument
 
 PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one rank every hosts/ranks hosts), "
                   "pods (whole servers spread evenly over the fabric's pods), fragmented[:OCC[:SEED]] (whole servers "
@@ -254,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
                     help="run each collective's steps in lockstep, each waiting for all of the step before "
                          "(default auto: above 1024 GPUs, where the exact dependencies can take hours)")
-    cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores)")
+    cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores; on a "
+                                             "--cluster, as many as its CPUs take)")
+    add_cluster_argument(cp)
     cp.add_argument("--cache", default="results/compare/cache",
                     help="where rows are cached by content (default results/compare/cache)")
     cp.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")
@@ -291,7 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     _sim_args(pl)
     pl.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
                     help="run each collective's steps in lockstep (default auto: above 1024 GPUs)")
-    pl.add_argument("--jobs", type=int, help="designs simulated at once (default: the number of cores)")
+    pl.add_argument("--jobs", type=int, help="designs simulated at once (default: the number of cores; on a "
+                                             "--cluster, as many as its CPUs take)")
+    add_cluster_argument(pl)
     pl.add_argument("--cache", default="results/compare/cache",
                     help="where rows are cached by content (default results/compare/cache, compare's)")
     pl.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")

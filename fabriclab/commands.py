@@ -432,7 +432,7 @@ def _at_scale(args: argparse.Namespace, log: Callable[[str], None]) -> dict[str,
     series = [cmp.Series(t, r) for t, r in MAIN_SCALE_SERIES]
     # compare's own settings for `_compare_shown`: the cache given, its default jobs and models
     shown = argparse.Namespace(json=args.json, no_cache=False, cache=args.cache, jobs=None, lockstep="auto",
-                               all_to_all="auto")
+                               all_to_all="auto", cluster=None)
     # its transfers are MB-sized (pipeline activations, gradient buckets): events 5 us apart are taken together,
     # for a step within 0.1% of the exact one (docs/simulator.md#resolution) in a fraction of the time
     sim = dataclasses.replace(cmp.default_sim_options(), resolution_s=COARSE_RESOLUTION_US / 1e6)
@@ -528,24 +528,46 @@ def cmd_compare(args: argparse.Namespace) -> int:
                   meta | {"complete": len(rows) == expected, "rows_expected": expected,
                           "wall_s": time.monotonic() - t0}, sim)
 
-    rows = _compare_shown("compare", args, trace, series, args.sizes, options, sim, label, partial,
-                          stragglers=args.stragglers)
-    seed = cmp.seed_check(rows)
-    meta |= {"complete": True, "rows_expected": expected, "wall_s": time.monotonic() - t0}
-    sens = _sensitivity(args, trace, label, series, options, sim, rows, seed, meta) if args.sensitivity else None
+    rows: list[Any] | None = None
+    try:
+        rows = _compare_shown("compare", args, trace, series, args.sizes, options, sim, label, partial,
+                              stragglers=args.stragglers)
+        seed = cmp.seed_check(rows)
+        meta |= {"complete": True, "rows_expected": expected, "wall_s": time.monotonic() - t0}
+        sens = _sensitivity(args, trace, label, series, options, sim, rows, seed, meta) if args.sensitivity else None
+    except cmp.RowsFailed as e:
+        # every other row finished: written and shown with the failed ones listed (those of the table, or of
+        # the sensitivity sweep after a complete table: then without its section), and exit 1
+        done = e.rows if rows is None else rows
+        meta |= {"complete": rows is not None, "rows_expected": expected, "wall_s": time.monotonic() - t0,
+                 "failed": e.failed}
+        seed = cmp.seed_check(done)
+        paths = cmp.write(done, seed, Path(args.out), meta, sim)
+        _print_compare(args, paths, done, seed, sim, "", e.failed)
+        return 1
     from fabriclab.sensitivity import format_section
 
     sens_text = format_section(sens) if sens is not None else ""
     paths = cmp.write(rows, seed, Path(args.out), meta, sim, sens, sens_text)
+    _print_compare(args, paths, rows, seed, sim, sens_text, [])
+    return 0
+
+
+def _print_compare(args: argparse.Namespace, paths: list[Path], rows: list[Any], seed: list[Any], sim: Any,
+                   sens_text: str, failed: list[dict[str, str]]) -> None:
+    from fabriclab import compare as cmp
+
     if args.json:
         print(paths[0].read_text())
-    else:
-        print(cmp.format_table(rows, seed, sim))
-        if sens_text:
-            print()
-            print(sens_text)
-        print(f"wrote        {', '.join(str(p) for p in paths)}")
-    return 0
+        return
+    print(cmp.format_table(rows, seed, sim))
+    if sens_text:
+        print()
+        print(sens_text)
+    if failed:
+        print()
+        print(cmp.format_failed(failed))
+    print(f"wrote        {', '.join(str(p) for p in paths)}")
 
 
 def _sensitivity(args: argparse.Namespace, trace: str, label: str, series: list[Any], options: dict[str, Any],
@@ -617,29 +639,38 @@ def cmd_plan(args: argparse.Namespace) -> int:
                             "sim": dataclasses.asdict(sim), "lockstep": args.lockstep, "all_to_all": args.all_to_all}
     outputs = plan_report.Outputs(out)
 
-    def write(rows: list[Any], complete: bool) -> list[Path]:
+    def write(rows: list[Any], complete: bool, failed: list[dict[str, str]] | None = None) -> list[Path]:
         res = plan_report.results(planned, files, refs, rows, prices)
         return outputs.write(res, prices, meta | {"complete": complete, "rows_done": len(rows),
-                                                  "rows_expected": len(series), "wall_s": time.monotonic() - t0},
+                                                  "rows_expected": len(series), "wall_s": time.monotonic() - t0,
+                                                  **({"failed": failed} if failed else {})},
                              args.gpus, label)
 
     write([], False)
-    rows = _compare_shown(f"plan {args.gpus} GPUs", args, trace, series, [args.gpus], options, sim, label,
-                          lambda rows: None if write(rows, False) else None)
-    paths = write(rows, True)
+    failed: list[dict[str, str]] = []
+    try:
+        rows = _compare_shown(f"plan {args.gpus} GPUs", args, trace, series, [args.gpus], options, sim, label,
+                              lambda rows: None if write(rows, False) else None)
+    except cmp.RowsFailed as e:  # every other design finished: written and shown, the failed ones listed, exit 1
+        rows, failed = e.rows, e.failed
+    paths = write(rows, not failed, failed)
     if args.json:
         print(paths[0].read_text())
     else:
         print(paths[2].read_text(), end="")
+        if failed:
+            print()
+            print(cmp.format_failed(failed))
         print(f"wrote        {', '.join(str(p) for p in paths)}, {out / 'topologies'}/*.yaml")
-    return 0
+    return 1 if failed else 0
 
 
 def _compare_shown(title: str, args: argparse.Namespace, trace: str, series: Sequence[Any], sizes: Sequence[int],
                    options: dict[str, Any], sim: Any, label: str, on_rows: Callable[[list[Any]], None],
                    stragglers: str | None = None) -> list[Any]:
-    """`fabriclab.compare.compare` with the command's cache, jobs and models, its progress shown under
-    `title`, and SIGTERM ending it as Ctrl-C does (its workers end too: `compare._sweep`)."""
+    """`fabriclab.compare.compare` with the command's cache, jobs, cluster and models, its progress shown under
+    `title`, and SIGTERM ending it as Ctrl-C does (its Ray tasks are cancelled and a local Ray instance it
+    started shut down: `fabriclab.sweep.Session`)."""
     from fabriclab import compare as cmp
 
     with ProgressView(title, quiet=args.json) as view:
@@ -653,7 +684,7 @@ def _compare_shown(title: str, args: argparse.Namespace, trace: str, series: Seq
             return cmp.compare(trace, series, sizes, options=options, sim=sim, label=label,
                                cache_dir=None if args.no_cache else Path(args.cache), jobs=args.jobs,
                                progress=shown, lockstep=args.lockstep, all_to_all=args.all_to_all, on_rows=on_rows,
-                               stragglers=stragglers)
+                               stragglers=stragglers, cluster=args.cluster)
         finally:
             if main:
                 signal.signal(signal.SIGTERM, previous)

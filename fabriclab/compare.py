@@ -30,9 +30,11 @@ Per row (definitions in docs/architecture.md; times real):
   max / mean load = the most bytes a link carried over the mean of all fabric links (1: perfectly
   even); ECMP collisions among the connections, counted on their paths (`ecmp_collisions`).
 
-Configurations run in parallel (`jobs` processes) and each row is cached in `cache_dir` under a key
-of everything it depends on: the trace's bytes, the template, routing, size, the options and the
-source code of `fabric` and `traffic`. A re-run with one size changed computes only that size.
+Rows run as Ray tasks (`fabriclab.sweep`), on a local Ray instance of `jobs` CPUs or on a cluster
+(`cluster`), and each row is cached in `cache_dir` under a key of everything it depends on: the trace's
+bytes, the template, routing, size, the options and the source code of `fabric` and `traffic`. A re-run
+with one size changed computes only that size. `plan_rows` gives the rows as tasks, `run_row` runs one in
+this process.
 """
 from __future__ import annotations
 
@@ -42,10 +44,7 @@ import functools
 import hashlib
 import json
 import math
-import multiprocessing
 import os
-import queue as queue_module
-import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -63,8 +62,6 @@ DEFAULT_SIZES = (128, 256, 512, 1024)
 #: what NCCL runs at that size either (it switches to trees and hierarchical algorithms).
 FLAT_RING_MAX = 1024
 BUSY_UTIL, HOT_UTIL = 0.05, 0.9
-#: how often the sweep looks at its workers' progress messages and finished rows (seconds)
-PROGRESS_POLL_S = 0.2
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -135,37 +132,30 @@ class Row:
     cached: bool = False
 
 
-# ---- one configuration (runs in a worker process) --------------------------------------------------
+# ---- one configuration (a task on a Ray worker, or in this process) ---------------------------------
 
-#: the worker's queue to the parent for progress messages (set by `_init_worker`)
-_PROGRESS_QUEUE: Any = None
-
-
-def _init_worker(queue: Any) -> None:
-    global _PROGRESS_QUEUE
-    _PROGRESS_QUEUE = queue
-    # a worker must not wait at exit for its unread progress messages to be taken: once the last row is
-    # in, the parent stops reading and joins the pool, and a full pipe would then block both for ever
-    queue.cancel_join_thread()
-    # Ctrl-C reaches the whole process group: the parent ends the workers (`_sweep`), they need not
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _run_one(task: dict[str, Any]) -> dict[str, Any]:
-    from fabriclab.backends import Simulated, run_workload
-    from traffic.replay import ReplayOptions, RunProgress
+def load_workload(task: dict[str, Any]) -> Any:
+    """The workload of a row's task: its trace read (or its LLM step generated) as the row reads it."""
     from traffic.traces import load
 
+    return load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None,
+                collectives_per_step=task["opts"].get("step_ops"))
+
+
+def run_row(task: dict[str, Any], workload: Any = None, fab: Any = None,
+            tell: Callable[[Any], None] | None = None) -> dict[str, Any]:
+    """One row (`plan_rows`' task) as a dict of `Row`'s fields: `workload` and `fab` as the sweep ships them
+    (None: read and built here), `tell` called with each `traffic.replay.RunProgress`."""
+    from fabriclab.backends import Simulated, run_workload
+    from traffic.replay import ReplayOptions, RunProgress
+
     t0 = time.monotonic()
-
-    def tell(p: RunProgress) -> None:
-        if _PROGRESS_QUEUE is not None:
-            _PROGRESS_QUEUE.put((task["index"], dataclasses.asdict(p)))
-
-    tell(RunProgress("load"))
-    fab = topofile.scaled(task["topology"], task.get("cluster_gpus") or task["gpus"], task.get("params"))
-    workload = load(task["trace"], compute_gap_us=task["opts"].get("compute_gap_us") or None,
-                    collectives_per_step=task["opts"].get("step_ops"))
+    if tell is not None:
+        tell(RunProgress("load"))
+    if fab is None:
+        fab = topofile.scaled(task["topology"], task.get("cluster_gpus") or task["gpus"], task.get("params"))
+    if workload is None:
+        workload = load_workload(task)
     opts = ReplayOptions(**task["opts"])
     result = run_workload(workload, task["label"], fab, task["routing"], opts,
                           Simulated(SimOptions(**task["sim"]), all_to_all=task["all_to_all"]), progress=tell).result
@@ -173,6 +163,11 @@ def _run_one(task: dict[str, Any]) -> dict[str, Any]:
     return dataclasses.asdict(dataclasses.replace(row, sim_wall_s=time.monotonic() - t0, variant=task.get("variant", ""),
                                                   cluster_gpus=task.get("cluster_gpus") or task["gpus"],
                                                   algorithm=opts.algorithm, lockstep=bool(task["sim"]["lockstep"])))
+
+
+def _row_task(tell: Callable[[Any], None], task: dict[str, Any], workload: Any, fab: Any) -> dict[str, Any]:
+    """`run_row` as a sweep's task (`fabriclab.sweep`): its progress told as plain dicts."""
+    return run_row(task, workload, fab, lambda p: tell(dataclasses.asdict(p)))
 
 
 def _tier(fab: Any, switch: str, peer: str) -> str:
@@ -321,8 +316,8 @@ def _key(task: dict[str, Any], trace: str, code: str) -> str:
 class RowProgress:
     """A row being computed: which, its stage (`traffic.replay.RunProgress`), the calls done,
     the share of its bytes done, its simulated time so far and the calls' recorded time, events, the wall
-    time of its simulation stage, and the time to go estimated from the share of bytes done (None until
-    some are)."""
+    time of its simulation stage, the worker process computing it (PID, its node's IP address and Ray node
+    id), and the time to go estimated from the share of bytes done (None until some are)."""
 
     label: str
     stage: str
@@ -333,6 +328,9 @@ class RowProgress:
     recorded_s: float
     events: int
     wall_s: float
+    pid: int = 0
+    node: str = ""
+    node_id: str = ""
 
     @property
     def events_per_s(self) -> float:
@@ -361,23 +359,24 @@ class CompareProgress:
     running: tuple[RowProgress, ...]
 
 
-def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes: Sequence[int] = DEFAULT_SIZES, *,
-            options: dict[str, Any] | None = None, sim: SimOptions | None = None, label: str | None = None,
-            cache_dir: Path | None = None, jobs: int | None = None,
-            progress: Callable[[CompareProgress], None] | None = None, lockstep: str = "auto",
-            all_to_all: str = "auto", on_rows: Callable[[list[Row]], None] | None = None,
-            stragglers: str | None = None) -> list[Row]:
-    """Every series at every size (module docstring); rows ordered by series, variant, then size.
-    A generated LLM step (`trace` "llm:SPEC") is scaled to each size (`llm_spec_at`: DP grows, the
-    micro-batches per replica stay); `stragglers` (LLM only: overrides such as
-    "stragglers.jitter_cv=0.05") adds a second variant of every series with them. `options`:
-    `ReplayOptions` fields (placement, algorithm, channels, repeat, ports, seed, compute_gap_us);
-    `ports` defaults per row to planned under adaptive routing and hashed otherwise. `lockstep`:
-    "auto" (above `FLAT_RING_MAX` GPUs, unless `sim.cut_through`), "on" or "off" (overrides
-    `sim.lockstep`). `all_to_all`: how all-to-alls are simulated (`traffic.replay.simulate.A2A_MODELS`).
-    `progress` is called as rows start, advance (every ~0.5 s) and finish; `on_rows` with the rows
-    finished so far (in table order) each time one finishes, so a stopped run keeps them; finished rows
-    are cached at once, so a run started again computes only the others."""
+class RowsFailed(CompareError):
+    """Some rows of a comparison failed (`fabriclab.sweep`: an error in the row, or its worker process lost
+    twice); every other row finished. `rows`: those (with efficiency, in table order); `failed`: per failed
+    row its label, kind ("error", "worker died") and message."""
+
+    def __init__(self, rows: list[Row], failed: list[dict[str, str]]) -> None:
+        self.rows = rows
+        self.failed = failed
+        names = "; ".join(f"{f['row']}: {f['error']}" for f in failed)
+        super().__init__(f"{len(failed)} of {len(rows) + len(failed)} rows failed: {names}")
+
+
+def plan_rows(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes: Sequence[int] = DEFAULT_SIZES, *,
+              options: dict[str, Any] | None = None, sim: SimOptions | None = None, label: str | None = None,
+              lockstep: str = "auto", all_to_all: str = "auto", stragglers: str | None = None
+              ) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The rows of `compare` (its arguments) as tasks, in table order, and the fabric each runs on; every
+    input checked (a bad one is a `CompareError` naming it, before anything runs). `run_row` runs one."""
     if lockstep not in ("auto", "on", "off"):
         raise CompareError(f"lockstep must be auto, on or off, got {lockstep!r}")
     from traffic.replay.simulate import A2A_MODELS
@@ -408,6 +407,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     if any(s.extra for s in series) and not llm:
         raise CompareError("spec overrides of a series are a generated LLM step's (llm:SPEC or --model)")
     tasks: list[dict[str, Any]] = []
+    fabrics: list[Any] = []
     for s, (v_name, v_extra) in ((s, v) for s in series for v in variants):
         load_policy(s.routing)  # a bad routing fails before anything runs
         variant = "+".join(x for x in (s.variant, v_name) if x)
@@ -422,6 +422,7 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
             cluster = cluster_gpus(n, frag[0]) if frag is not None else n
             # so does a size (or a parameter) the template cannot be built at
             fab = topofile.scaled(s.topology, cluster, dict(s.params))
+            fabrics.append(fab)
             name = fab.name
             spec = llm_spec_at(str(trace), n, extra) if llm else str(trace)
             opts = {"ports": default_ports(s.routing, s_opts.get("ports", "auto")), **s_opts, "ranks": n}
@@ -439,6 +440,32 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
                           "cluster_gpus": cluster if cluster != n else 0,
                           "topology": s.topology, "params": dict(s.params), "routing": s.routing, "gpus": n, "opts": opts,
                           "sim": {**sim_doc, "lockstep": lock}, "all_to_all": all_to_all})
+    return tasks, fabrics
+
+
+def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes: Sequence[int] = DEFAULT_SIZES, *,
+            options: dict[str, Any] | None = None, sim: SimOptions | None = None, label: str | None = None,
+            cache_dir: Path | None = None, jobs: int | None = None,
+            progress: Callable[[CompareProgress], None] | None = None, lockstep: str = "auto",
+            all_to_all: str = "auto", on_rows: Callable[[list[Row]], None] | None = None,
+            stragglers: str | None = None, cluster: str | None = None) -> list[Row]:
+    """Every series at every size (module docstring); rows ordered by series, variant, then size.
+    A generated LLM step (`trace` "llm:SPEC") is scaled to each size (`llm_spec_at`: DP grows, the
+    micro-batches per replica stay); `stragglers` (LLM only: overrides such as
+    "stragglers.jitter_cv=0.05") adds a second variant of every series with them. `options`:
+    `ReplayOptions` fields (placement, algorithm, channels, repeat, ports, seed, compute_gap_us);
+    `ports` defaults per row to planned under adaptive routing and hashed otherwise. `lockstep`:
+    "auto" (above `FLAT_RING_MAX` GPUs, unless `sim.cut_through`), "on" or "off" (overrides
+    `sim.lockstep`). `all_to_all`: how all-to-alls are simulated (`traffic.replay.simulate.A2A_MODELS`).
+    The rows are Ray tasks (`fabriclab.sweep`): on `cluster` ("ray://HOST:PORT"; default $RAY_ADDRESS), else
+    on a local Ray instance of `jobs` CPUs (default the machine's) started for the rows to compute and ended
+    with them; on a cluster `jobs` (if given) bounds the rows running at once.
+    `progress` is called as rows start, advance (every ~0.5 s) and finish; `on_rows` with the rows
+    finished so far (in table order) each time one finishes, so a stopped run keeps them; finished rows
+    are cached at once, so a run started again computes only the others. A row that fails (an error, or its
+    worker process lost twice) does not stop the others: once they are done, `RowsFailed` is raised with them."""
+    tasks, fabrics = plan_rows(trace, series, sizes, options=options, sim=sim, label=label, lockstep=lockstep,
+                               all_to_all=all_to_all, stragglers=stragglers)
     results: dict[int, dict[str, Any]] = {}
     keys: dict[int, str] = {}
     if cache_dir is not None:
@@ -476,40 +503,49 @@ def compare(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, sizes:
     if results and on_rows is not None:
         on_rows(with_efficiency([Row(**results[k]) for k in sorted(results)]))
     todo = [i for i in range(len(tasks)) if i not in results]
-    if todo:
-        _sweep(tasks, todo, max(1, min(jobs or os.cpu_count() or 1, len(todo))), running, report, finished)
-    rows = [Row(**results[i]) for i in range(len(tasks))]
-    return with_efficiency(rows)
+    failed = _sweep(tasks, fabrics, todo, jobs, cluster, running, report, finished) if todo else []
+    rows = with_efficiency([Row(**results[i]) for i in sorted(results)])
+    if failed:
+        raise RowsFailed(rows, [{"row": tasks[f.key]["row"], "kind": f.kind, "error": f.message} for f in failed])
+    return rows
 
 
-def _sweep(tasks: list[dict[str, Any]], todo: list[int], workers: int, running: dict[int, RowProgress],
-           report: Callable[[], None], finished: Callable[[int, dict[str, Any]], None]) -> None:
-    """Run `todo` in `workers` processes, relaying their progress (`running`, `report`) and each row as it
-    finishes (`finished`). Ended in any way (an error in a row, Ctrl-C, SIGTERM as KeyboardInterrupt), the
-    workers are terminated: nothing runs on after the command."""
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    pool = ctx.Pool(workers, initializer=_init_worker, initargs=(queue,))
-    try:
-        pending = {i: pool.apply_async(_run_one, (tasks[i],)) for i in todo}
-        while pending:
-            try:
-                i, doc = queue.get(timeout=PROGRESS_POLL_S)
-                if i in pending:
-                    running[i] = RowProgress(tasks[i]["row"], doc["stage"], doc["calls_done"], doc["calls"],
-                                             doc["bytes_share"], doc["sim_s"], doc["recorded_s"], doc["events"],
-                                             doc["wall_s"])
-                    report()
-            except queue_module.Empty:
-                pass
-            for i in [i for i, r in pending.items() if r.ready()]:
-                row = pending.pop(i).get()  # a row's error is raised here
-                finished(i, row)
-        pool.close()
-        pool.join()
-    finally:
-        pool.terminate()
-        queue.close()
+def _sweep(tasks: list[dict[str, Any]], fabrics: list[Any], todo: list[int], jobs: int | None, cluster: str | None,
+           running: dict[int, RowProgress], report: Callable[[], None],
+           finished: Callable[[int, dict[str, Any]], None]) -> list[Any]:
+    """Run `todo` as tasks of a `fabriclab.sweep.Session` (on `cluster`, else a local Ray instance of `jobs`
+    CPUs), relaying their progress (`running`, `report`) and each row as it finishes (`finished`); a trace's
+    workload read once and its fabric shipped with each row. Returns the failed rows (`sweep.Failure`)."""
+    from fabriclab import sweep
+
+    cpus = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
+    with sweep.Session(cluster, cpus) as session:
+        workloads: dict[tuple[str, Any, Any], Any] = {}
+        calls: dict[int, tuple[Any, ...]] = {}
+        for i in todo:
+            t = tasks[i]
+            workload = None
+            if not is_llm(t["trace"]):  # an LLM step is generated by its row: per size, up to GB at 16k GPUs
+                wkey = (t["trace"], t["opts"].get("compute_gap_us"), t["opts"].get("step_ops"))
+                if wkey not in workloads:
+                    workloads[wkey] = session.share(load_workload(t))
+                workload = workloads[wkey]
+            calls[i] = (t, workload, session.share(fabrics[i]))
+
+        def told(i: int, doc: dict[str, Any], where: sweep.Where) -> None:
+            running[i] = RowProgress(tasks[i]["row"], doc["stage"], doc["calls_done"], doc["calls"],
+                                     doc["bytes_share"], doc["sim_s"], doc["recorded_s"], doc["events"],
+                                     doc["wall_s"], where.pid, where.node, where.node_id)
+            report()
+
+        def lost(i: int, failure: sweep.Failure) -> None:
+            running.pop(i, None)
+            report()
+
+        # rows start in table order, `jobs` (locally: the instance's CPUs) at a time; on a cluster without --jobs
+        # all are queued at once and its CPUs take them as they come
+        return session.run(_row_task, calls, limit=cpus if session.local else jobs, on_progress=told,
+                           on_done=finished, on_failed=lost)
 
 
 def with_efficiency(rows: Sequence[Row]) -> list[Row]:
@@ -689,11 +725,18 @@ def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = (), sim: 
     return "\n".join(lines)
 
 
+def format_failed(failed: Sequence[dict[str, str]]) -> str:
+    """The rows that failed (`RowsFailed.failed`), one line each."""
+    return "\n".join([f"failed rows ({len(failed)}; every other row finished):"]
+                     + [f"  {f['row']}: {f['kind']}: {f['error']}" for f in failed])
+
+
 def write(rows: Sequence[Row], seed: Sequence[dict[str, Any]], out_dir: Path, meta: dict[str, Any],
           sim: SimOptions | None = None, sensitivity: dict[str, Any] | None = None, sensitivity_text: str = ""
           ) -> list[Path]:
     """compare.json, .csv and .txt in `out_dir`; `sensitivity`: the sweep's section
-    (`fabriclab.sensitivity.analyse`, its rows in `sensitivity["rows"]`) and its text (`format_section`)."""
+    (`fabriclab.sensitivity.analyse`, its rows in `sensitivity["rows"]`) and its text (`format_section`); the
+    rows that failed (`meta["failed"]`) listed in the text too."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "compare.json", out_dir / "compare.csv", out_dir / "compare.txt"]
     doc = {"meta": meta, "rows": [dataclasses.asdict(r) for r in rows], "seed": list(seed)}
@@ -705,6 +748,7 @@ def write(rows: Sequence[Row], seed: Sequence[dict[str, Any]], out_dir: Path, me
         w.writeheader()
         for r in rows:
             w.writerow(dataclasses.asdict(r))
-    text = format_table(rows, seed, sim) + (f"\n\n{sensitivity_text}" if sensitivity_text else "")
+    text = (format_table(rows, seed, sim) + (f"\n\n{sensitivity_text}" if sensitivity_text else "")
+            + (f"\n\n{format_failed(meta['failed'])}" if meta.get("failed") else ""))
     paths[2].write_text(text + "\n")
     return paths

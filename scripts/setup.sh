@@ -102,7 +102,8 @@ fi
 
 # 3. Python environment that sees the distribution's Mininet ------------------------------------
 # Debian's mininet installs into the system Python, so the venv is made from /usr/bin/python3
-# with --system-site-packages.
+# with --system-site-packages. pip brings fabriclab's dependencies, Ray among them (compare's rows run as Ray
+# tasks: `ray[default]`, wheels for CPython 3.11 on x86_64).
 if [ ! -x "$venv/bin/python" ]; then
   log "creating virtual environment $venv"
   /usr/bin/python3 -m venv --system-site-packages "$venv"
@@ -111,6 +112,6 @@ extras="."
 [ "$want_test" -eq 1 ] && extras=".[test,record]"
 log "installing fabriclab into $venv"
 "$venv/bin/pip" install -q --disable-pip-version-check -e "$here/$extras"
-"$venv/bin/python" -c "import mininet.net, os_ken, fabric, controller, traffic, fabriclab" \
-  || { echo "setup.sh: the environment cannot import mininet/os_ken/fabriclab" >&2; exit 1; }
+"$venv/bin/python" -c "import mininet.net, os_ken, ray, fabric, controller, traffic, fabriclab" \
+  || { echo "setup.sh: the environment cannot import mininet/os_ken/ray/fabriclab" >&2; exit 1; }
 log "ready: $venv/bin/fabriclab"

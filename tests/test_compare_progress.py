@@ -1,29 +1,28 @@
 """`fabriclab compare` while it runs: progress on a terminal and on a piped stderr (a log, CI), every
-finished row written at once, a stopped run's rows kept and reused, and no worker left running."""
+finished row written at once, a stopped run's rows kept and reused, a failed row reported while the others
+finish, and nothing left running (the local Ray instance of the command ended with it)."""
 from __future__ import annotations
 
 import io
 import json
-import multiprocessing
+import os
 from pathlib import Path
 
 import pytest
 
-import fabric.flowsim.executor as executor
 from fabric.routing import RoutingPolicy
 from fabriclab import progress as progress_mod
 from fabriclab.cli import main
 from fabriclab.progress import ProgressView
+from tests.ray_cluster import descendants, wait_until
 
 BASE = ["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
         "--routing", "adaptive", "--sizes", "8", "16", "--jobs", "1"]
 
 
 def test_a_piped_stderr_gets_plain_lines_within_rows_and_as_rows_finish(tmp_path: Path, capsys, monkeypatch):
-    # every report printed (the period and the simulator's reporting interval at 0); the workers are
-    # forked, so they report at that interval too
+    # every report printed (the period at 0); the rows' simulator reports at its own interval, and at its start
     monkeypatch.setattr(progress_mod, "PLAIN_EVERY_S", 0.0)
-    monkeypatch.setattr(executor, "PROGRESS_EVERY_S", 0.0)
     assert main([*BASE, "--out", str(tmp_path / "o"), "--no-cache"]) == 0
     err = capsys.readouterr().err.splitlines()
     within = [l for l in err if l.startswith("[compare] 0/4 done; pyramid-8 ecmp (8 GPUs): ") and " calls, " in l]
@@ -57,8 +56,10 @@ def test_a_stopped_run_keeps_its_finished_rows_and_the_next_run_reuses_them(tmp_
             raise KeyboardInterrupt("stopped by the test")
 
     monkeypatch.setattr(ProgressView, "items", stop_after_the_first_row)
+    before = set(descendants(os.getpid()))
     assert main([*BASE, "--out", str(out), "--cache", str(cache)]) == 130
-    assert multiprocessing.active_children() == []  # the workers ended with the command
+    # the rows' Ray instance (its GCS, raylet and workers) ended with the command
+    wait_until("the command's Ray processes gone", lambda: set(descendants(os.getpid())) <= before, 30)
     kept = json.loads((out / "compare.json").read_text())
     assert kept["meta"]["complete"] is False and kept["meta"]["rows_expected"] == 4
     assert [(r["fabric"], r["cached"]) for r in kept["rows"]] == [("pyramid-8", False)]
@@ -81,12 +82,23 @@ class Exploding(RoutingPolicy):
         raise RuntimeError("exploded in the worker")
 
 
-def test_a_rows_error_ends_the_run_and_its_workers(tmp_path: Path):
-    with pytest.raises(RuntimeError, match="exploded in the worker"):
-        main(["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
-              "--routing", "tests.test_compare_progress:Exploding", "--sizes", "8", "16", "--jobs", "2",
-              "--out", str(tmp_path / "o"), "--no-cache"])
-    assert multiprocessing.active_children() == []
+def test_a_rows_error_is_reported_failed_and_the_others_finish(tmp_path: Path, capsys):
+    out = tmp_path / "o"
+    before = set(descendants(os.getpid()))
+    assert main(["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
+                 "--routing", "tests.test_compare_progress:Exploding", "--sizes", "8", "16", "--jobs", "2",
+                 "--out", str(out), "--no-cache"]) == 1
+    doc = json.loads((out / "compare.json").read_text())
+    assert [r["fabric"] for r in doc["rows"]] == ["pyramid-8", "pyramid-16"]
+    assert doc["meta"]["failed"] == [
+        {"row": f"dual-plane-{n} tests.test_compare_progress:Exploding ({n} GPUs)", "kind": "error",
+         "error": "RuntimeError: exploded in the worker"} for n in (8, 16)]
+    assert doc["meta"]["complete"] is False
+    printed = capsys.readouterr().out
+    assert "failed rows (2; every other row finished):" in printed
+    assert "  dual-plane-16 tests.test_compare_progress:Exploding (16 GPUs): error: RuntimeError: exploded" in printed
+    assert "failed rows (2" in (out / "compare.txt").read_text()
+    wait_until("the command's Ray processes gone", lambda: set(descendants(os.getpid())) <= before, 30)
 
 
 @pytest.mark.parametrize("model", ["exact", "lockstep", "sampled"])
