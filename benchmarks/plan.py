@@ -5,9 +5,10 @@ time of the whole plan, each row's simulation time, peak memory, and the table f
     .venv/bin/python benchmarks/plan.py [--model gpt3-175b] [--gpus 1024] [--designs FILE] [--jobs 2]
                                         [--out DIR] [--png FILE] [--cache DIR | --no-cache] [--quick]
 
-Runs `fabriclab plan` as a user does, in a child process (its wall time from outside, its peak memory from
-the kernel's accounting of the child and its workers, with their CPU time and the machine's 5-minute
-load average before and after: on a shared machine the wall time depends on the others), with no cache by default so that every row is
+Runs `fabriclab plan` as a user does, in a child process: its wall time from outside, the CPU time and
+the largest peak memory of the child and every process under it (its local Ray instance and workers),
+sampled from /proc each second, and the machine's 5-minute load average before and after (on a shared
+machine the wall time depends on the others); with no cache by default so that every row is
 computed; then reads plan.json and prints markdown: the command, the date, the wall time, and per design
 (cheapest first) its step, p99, communication share, efficiency, cost, parts and row time, the Pareto
 front marked. `--png FILE` copies the plot there (the figure in RESULTS). `--quick`: the main job's 16-GPU
@@ -20,11 +21,11 @@ import datetime
 import json
 import math
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -41,20 +42,70 @@ designs:
 """
 
 
+class TreeSampler(threading.Thread):
+    """Every `every_s`, the CPU time (utime + stime) and peak RSS (VmHWM) of a process and all its
+    descendants, read from /proc: the plan's Ray workers are the local Ray instance's children, not
+    processes the plan waits for, so the kernel's accounting of waited-for children misses them. A
+    process's last interval before it exits is missed (a sampled lower bound)."""
+
+    def __init__(self, root: int, every_s: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.root, self.every_s = root, every_s
+        self.cpu_s: dict[int, float] = {}
+        self.hwm_mb: dict[int, float] = {}
+        self.stop = threading.Event()
+
+    def _descendants(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    stat = Path(f"/proc/{d}/stat").read_text()
+                except OSError:
+                    continue
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(d))
+        out, todo = [], [self.root]
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo += children.get(pid, [])
+        return out
+
+    def sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        for pid in self._descendants():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            self.cpu_s[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            hwm = next((line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")), "0")
+            self.hwm_mb[pid] = max(self.hwm_mb.get(pid, 0.0), int(hwm) / 1024)
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            self.sample()
+
+
 def run(args: argparse.Namespace, out: Path, designs: str | None) -> tuple[int, float, float, float, str]:
-    """`fabriclab plan` in a child; (exit code, wall s, CPU s of the child and its workers, peak RSS of the
-    largest of them in MB, stderr tail)."""
+    """`fabriclab plan` in a child; (exit code, wall s, CPU s of the child and its descendants, peak RSS of
+    the largest of them in MB, stderr tail)."""
     cmd = [sys.executable, "-m", "fabriclab.cli", "plan", "--model", args.model, "--gpus", str(args.gpus),
            "--out", str(out), "--jobs", str(args.jobs)]
     if designs:
         cmd += ["--designs", designs]
     cmd += ["--no-cache"] if args.cache is None else ["--cache", args.cache]
     t0 = time.monotonic()
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sampler = TreeSampler(proc.pid)
+    sampler.start()
+    _, err = proc.communicate()
     wall = time.monotonic() - t0
-    use = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak_mb = use.ru_maxrss / 1024  # the largest single process
-    return res.returncode, wall, use.ru_utime + use.ru_stime, peak_mb, res.stderr[-3000:]
+    sampler.stop.set()
+    sampler.join()
+    return proc.returncode, wall, sum(sampler.cpu_s.values()), max(sampler.hwm_mb.values(), default=0.0), err[-3000:]
 
 
 def _s(us: float | None) -> str:
@@ -72,7 +123,7 @@ def markdown(doc: dict[str, Any], cmd: str, wall_s: float, cpu_s: float, peak_mb
     sim = doc["meta"]["sim"]
     lines = [f"Command: `{cmd}` ({datetime.date.today().isoformat()}; {len(designs)} designs and "
              f"{doc['meta']['rows_expected'] - len(designs)} reference row(s) in {_dur(wall_s)} wall and "
-             f"{_dur(cpu_s)} of CPU (the plan and its workers), --jobs {doc['meta'].get('jobs', '?')}, "
+             f"{_dur(cpu_s)} of CPU (the plan, its Ray instance and workers, sampled), --jobs {doc['meta'].get('jobs', '?')}, "
              f"resolution {sim['resolution_s'] * 1e6:g} us; the largest process peaked at {peak_mb:,.0f} MB; load "
              f"average {load[0]:.1f} at the start and {load[1]:.1f} at the end on {os.cpu_count()} cores)", "",
              "| | design | routing | step | p99 | comm | eff | cost (units) | switches (role x radix) | switch ports "
