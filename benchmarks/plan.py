@@ -113,7 +113,10 @@ def _s(us: float | None) -> str:
 
 
 def _dur(s: float) -> str:
-    return f"{s:.1f} s" if s < 120 else f"{int(s // 60)} min {s % 60:02.0f} s"
+    if s < 120:
+        return f"{s:.1f} s"
+    m, sec = divmod(round(s), 60)
+    return f"{m} min {sec:02d} s"
 
 
 def markdown(doc: dict[str, Any], cmd: str, wall_s: float, cpu_s: float, peak_mb: float,
