@@ -8,8 +8,9 @@ resolution of generated LLM steps (5 us) against the exact one (1 ns), measured 
 Each row runs alone, as its own `fabriclab compare --model SPEC --topology T --routing R --sizes N --jobs 1
 --no-cache` process (the straggler row with the overrides in the spec, as `compare --stragglers` makes it), so
 its wall time is the row's whole cost: start-up, building the step, planning, simulating and the result. Per
-row: the wall time and the CPU time of the process (`resource.getrusage(RUSAGE_CHILDREN)`: on a machine shared
-with other work the wall time grows, the CPU time much less), the row's own `sim_wall_s`, the step, its p99
+row: the wall time and the CPU time of the process and its descendants, the local Ray instance's workers
+included (`benchmarks/proctree.py`, sampled every 0.2 s: on a machine shared with other work the wall time
+grows, the CPU time much less), the largest process's peak memory, the row's own `sim_wall_s`, the step, its p99
 and the pipeline busbw; then, for each row, the same at the exact resolution (the baseline: `--resolution-us
 0.001`), the speedup and the step's error. Target (issue 27): each row <= 60 s at 1,024 GPUs on this machine.
 Partial results are kept: `--json FILE` is rewritten after every run.
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import proctree  # noqa: E402  (benchmarks/proctree.py, beside this script)
+
 TARGET_S = 60.0
 EXACT_US = 0.001
 
@@ -39,19 +43,22 @@ def run_row(model: str, topology: str, routing: str, gpus: int, resolution_us: f
                "--routing", routing, "--sizes", str(gpus), "--jobs", "1", "--no-cache", "--out", tmp]
         if resolution_us is not None:
             cmd += ["--resolution-us", f"{resolution_us:g}"]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.monotonic()
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env=os.environ | {"PYTHONPATH": str(ROOT)})
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=os.environ | {"PYTHONPATH": str(ROOT)})
+        sampler = proctree.TreeSampler(proc.pid, every_s=0.2)
+        sampler.start()
+        _, err = proc.communicate()
         wall = time.monotonic() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        sampler.stop.set()
+        sampler.join()
         if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+            raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-2000:]}")
         doc = json.loads((Path(tmp) / "compare.json").read_text())
     row = doc["rows"][0]
     return {"model": model, "topology": topology, "routing": routing, "gpus": gpus,
             "resolution_us": doc["meta"]["sim"]["resolution_s"] * 1e6, "wall_s": wall,
-            "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+            "cpu_s": sum(sampler.cpu_s.values()), "peak_mb": max(sampler.hwm_mb.values(), default=0.0),
             "sim_wall_s": row["sim_wall_s"], "step_mean_us": row["step_mean_us"], "step_p99_us": row["step_p99_us"],
             "pp_busbw_bps": row["busbw_by_group"].get("pp", 0.0)}
 
@@ -82,9 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"cpu {r['cpu_s']:.1f} s, step {r['step_mean_us'] / 1e6:.4f} s", file=sys.stderr, flush=True)
                 if args.json:
                     args.json.write_text(json.dumps(out, indent=2))
-    print(f"| row ({args.model}, {args.gpus} GPUs) | resolution | wall | CPU | <= {TARGET_S:g} s | step | p99 | "
-          "PP busbw | exact: wall | speedup | step error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| row ({args.model}, {args.gpus} GPUs) | resolution | wall | CPU | peak memory | <= {TARGET_S:g} s | step | "
+          "p99 | PP busbw | exact: wall | speedup | step error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in out:
         if r["resolution_us"] == EXACT_US and not args.no_exact:
             continue
@@ -93,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         ex = (f"{exact['wall_s']:.1f} s | {exact['wall_s'] / r['wall_s']:.2f}x | "
               f"{(r['step_mean_us'] / exact['step_mean_us'] - 1) * 100:+.3f}%") if exact else "- | - | -"
         print(f"| {r['topology']} ({r['routing']}){', ' + r['variant'] if r['variant'] else ''} | "
-              f"{r['resolution_us']:g} us | {r['wall_s']:.1f} s | {r['cpu_s']:.1f} s | "
+              f"{r['resolution_us']:g} us | {r['wall_s']:.1f} s | {r['cpu_s']:.1f} s | {r['peak_mb']:,.0f} MB | "
               f"{'yes' if r['wall_s'] <= TARGET_S else 'NO'} | {r['step_mean_us'] / 1e6:.4f} s | "
               f"{r['step_p99_us'] / 1e6:.4f} s | {r['pp_busbw_bps'] / 1e9:.0f} Gbit/s | {ex} |")
     return 0

@@ -25,13 +25,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import proctree  # noqa: E402  (benchmarks/proctree.py, beside this script)
 
 QUICK_DESIGNS = """\
 defaults: {gpus_per_server: 4, hosts_per_edge: 4, wiring: server, port_gbps: 200}
@@ -40,53 +41,6 @@ sweep:
 designs:
   - {fabric: dual-plane, spines: 4}
 """
-
-
-class TreeSampler(threading.Thread):
-    """Every `every_s`, the CPU time (utime + stime) and peak RSS (VmHWM) of a process and all its
-    descendants, read from /proc: the plan's Ray workers are the local Ray instance's children, not
-    processes the plan waits for, so the kernel's accounting of waited-for children misses them. A
-    process's last interval before it exits is missed (a sampled lower bound)."""
-
-    def __init__(self, root: int, every_s: float = 1.0) -> None:
-        super().__init__(daemon=True)
-        self.root, self.every_s = root, every_s
-        self.cpu_s: dict[int, float] = {}
-        self.hwm_mb: dict[int, float] = {}
-        self.stop = threading.Event()
-
-    def _descendants(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    stat = Path(f"/proc/{d}/stat").read_text()
-                except OSError:
-                    continue
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(d))
-        out, todo = [], [self.root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo += children.get(pid, [])
-        return out
-
-    def sample(self) -> None:
-        tick = os.sysconf("SC_CLK_TCK")
-        for pid in self._descendants():
-            try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            self.cpu_s[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
-            hwm = next((line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:")), "0")
-            self.hwm_mb[pid] = max(self.hwm_mb.get(pid, 0.0), int(hwm) / 1024)
-
-    def run(self) -> None:
-        while not self.stop.wait(self.every_s):
-            self.sample()
 
 
 def run(args: argparse.Namespace, out: Path, designs: str | None) -> tuple[int, float, float, float, str]:
@@ -99,7 +53,7 @@ def run(args: argparse.Namespace, out: Path, designs: str | None) -> tuple[int, 
     cmd += ["--no-cache"] if args.cache is None else ["--cache", args.cache]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    sampler = TreeSampler(proc.pid)
+    sampler = proctree.TreeSampler(proc.pid)
     sampler.start()
     _, err = proc.communicate()
     wall = time.monotonic() - t0
