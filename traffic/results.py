@@ -72,7 +72,7 @@ class CollectiveResult:
 class StepResult:
     step: int
     repeat: int
-    rank: int  # the rank whose compute timeline was composed (-1: the slowest rank)
+    rank: int  # the rank whose compute timeline was composed (-1: the job: `traffic.replay.result.job_step`)
     step_us: float
     compute_us: float
     exposed_comm_us: float

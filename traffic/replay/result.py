@@ -9,7 +9,7 @@ per collective, composed step timelines, and the run's description.
   `traffic.metrics.compose_step` with the measured durations of its collectives; step, compute,
   exposed communication and idle time are measured on that timeline. A data-parallel trace mapped onto
   N ranks has N identical ranks: one timeline stands for all (rank -1). A multi-rank trace gets one row
-  per rank plus the slowest rank's as rank -1. A trace without timings composes compute gaps of
+  per rank plus the job's as rank -1 (`job_step`: the slowest rank's step time, the ranks' mean split). A trace without timings composes compute gaps of
   `compute_gap_us` before each collective, one after the other.
 - What only a backend can measure (its links over time, its fidelity, faults and reroutes) comes in its
   `traffic.replay.timings.BackendRun`: the emulation's from port counters and the CPU
@@ -18,6 +18,7 @@ per collective, composed step timelines, and the run's description.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from typing import Any
 
@@ -90,9 +91,26 @@ def step_results(plan: ReplayPlan, colls: list[CollectiveResult]) -> list[StepRe
                                        times.exposed_comm_us, times.idle_us, step.duration_us, by_stream))
             out.extend(rows)
             if not mapped and rows:
-                slow = max(rows, key=lambda r: r.step_us)
-                out.append(dataclasses.replace(slow, rank=-1))
+                out.append(job_step(rows))
     return out
+
+
+def job_step(rows: list[StepResult]) -> StepResult:
+    """The job's step (rank -1) from its ranks' composed steps: it lasts as long as the slowest rank's; its
+    compute, exposed communication (and per stream) are the mean over the ranks, and its idle the rest, so a
+    rank that ends early counts the wait for the slowest as idle (the step identity holds: compute + exposed +
+    idle = step). Taking the slowest rank's own split instead would let whichever rank ends last by a few µs
+    decide the job's utilisation."""
+    slow = max(rows, key=lambda r: r.step_us)
+    n = len(rows)
+    compute = math.fsum(r.compute_us for r in rows) / n
+    exposed = math.fsum(r.exposed_comm_us for r in rows) / n
+    streams: dict[str, float] = {}
+    for r in rows:
+        for k, v in r.exposed_by_stream_us.items():
+            streams[k] = streams.get(k, 0.0) + v / n
+    return dataclasses.replace(slow, rank=-1, compute_us=compute, exposed_comm_us=exposed,
+                               idle_us=slow.step_us - compute - exposed, exposed_by_stream_us=streams)
 
 
 def busiest_links(links: list[LinkSeries], interval_s: float, bound_share: float) -> list[dict[str, Any]]:

@@ -9,8 +9,9 @@ the record (`checks`); `compare` puts run b against run a, metric by metric, wit
 The metrics themselves are `traffic.metrics`' (nearest-rank `percentiles`, `busbw_factor`, the step identity);
 this module only chooses the samples:
 - A step's time, where several ranks were composed, is the slowest rank's: per (step, repeat) the row with
-  rank -1 where the record has one, else the row with the longest `step_us` (`slowest_steps`). Step tails,
-  utilisation and communication share are over those rows; "pooled" is sum(compute) / sum(step) (and
+  rank -1 where the record has one (the job's: the slowest rank's time, compute and exposed communication
+  the ranks' mean, `traffic.replay.result.job_step`), else the row with the longest `step_us`
+  (`slowest_steps`). Step tails, utilisation and communication share are over those rows; "pooled" is sum(compute) / sum(step) (and
   sum(exposed) / sum(step)), "mean" the mean of the per-step ratios.
 - A collective's latency is its `duration_real_us`. Bandwidth means are over the collectives that moved
   data (a barrier has none). A size class is a power-of-two bucket [2^k, 2^(k+1)) bytes; the busbw of the
