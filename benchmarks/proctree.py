@@ -9,6 +9,8 @@ import os
 import threading
 from pathlib import Path
 
+import psutil
+
 
 class TreeSampler(threading.Thread):
     """Every `every_s`, the CPU time (utime + stime) and peak RSS (VmHWM) of a process and all its
@@ -24,21 +26,11 @@ class TreeSampler(threading.Thread):
         self.stop = threading.Event()
 
     def _descendants(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    stat = Path(f"/proc/{d}/stat").read_text()
-                except OSError:
-                    continue
-                ppid = int(stat.rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(d))
-        out, todo = [], [self.root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo += children.get(pid, [])
-        return out
+        try:
+            root = psutil.Process(self.root)
+            return [self.root] + [c.pid for c in root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
 
     def sample(self) -> None:
         tick = os.sysconf("SC_CLK_TCK")

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from fabric.errors import FabriclabError
 
 #: the environment variable Ray reads for a cluster's address (as `ray.init` does)
@@ -112,34 +114,23 @@ def _call(fn: Callable[..., Any], key: int, relay: Any, *args: Any) -> Any:
     return fn(tell, *args)
 
 
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state) of every process (Linux /proc)."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            out[int(d.name)] = (int(fields[1]), fields[0])
-    return out
-
-
 def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for p, (parent, _) in _processes().items():
-        children.setdefault(parent, []).append(p)
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
+    """The live processes descended from `pid`."""
+    try:
+        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _alive(pids: set[int]) -> bool:
-    procs = _processes()
-    return any(p in procs and procs[p][1] != "Z" for p in pids)
+    """Whether any of `pids` still runs (a zombie does not)."""
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            continue
+    return False
 
 
 def _failure(key: int, err: Exception) -> Failure:

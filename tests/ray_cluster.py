@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 RAY = str(Path(sys.executable).with_name("ray"))
 #: the driver's environment for a cluster with token authentication
@@ -35,51 +37,47 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _running(procs) -> list[int]:
+    """The pids of `procs` (psutil processes) that still run: zombies and processes gone meanwhile left out."""
+    out = []
+    for p in procs:
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def process_group(pgid: int) -> list[int]:
     """The live processes of process group `pgid`."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    members = []
+    for p in psutil.process_iter():
         try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            if os.getpgid(p.pid) == pgid:
+                members.append(p)
+        except (ProcessLookupError, psutil.NoSuchProcess):
             continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            out.append(int(d.name))
-    return out
+    return _running(members)
 
 
 def descendants(pid: int) -> list[int]:
     """The live processes descended from `pid` (zombies not counted)."""
-    children: dict[int, list[int]] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(d.name))
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
+    try:
+        return _running(psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return []
 
 
 def alive(pids: list[int]) -> list[int]:
     """Those of `pids` still running (zombies not counted)."""
-    out = []
+    procs = []
     for pid in pids:
         try:
-            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                out.append(pid)
-        except (OSError, IndexError):
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
             pass
-    return out
+    return _running(procs)
 
 
 def wait_until(what: str, check, deadline_s: float, every_s: float = 0.2):
