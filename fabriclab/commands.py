@@ -124,8 +124,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         if args.cli:
             lab.emulation.interactive()
         elif args.hold:
-            log("[fabriclab] fabric is up; Ctrl-C tears it down")
+            # the message inside the try: a Ctrl-C or SIGTERM sent the moment it appears (a script
+            # waiting for it) can arrive before the loop starts, and must still end in the summary
             try:
+                log("[fabriclab] fabric is up; Ctrl-C tears it down")
                 while True:
                     time.sleep(3600)
             except KeyboardInterrupt:
