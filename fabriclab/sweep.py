@@ -22,6 +22,7 @@ A cluster runs this checkout's code: the session ships the project's packages wi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shutil
@@ -146,6 +147,30 @@ def _failure(key: int, err: Exception) -> Failure:
     return Failure(key, "error", f"{type(err).__name__}: {err}")
 
 
+#: connection attempts when a Ray Client server dies as it starts (`_client_server_died`)
+CLIENT_INIT_ATTEMPTS = 3
+
+
+def _client_server_died(err: Exception) -> bool:
+    """A Ray Client connection refused because the cluster's per-client server died as the proxier started it:
+    ray-project/ray#63202 (open in Ray 2.60: the proxier forks it from a process with gRPC threads, and it
+    dies in a few percent of connections; seen once in this project's CI campaigns). A new
+    connection gets a new server, so this one is worth another attempt; nothing else is retried."""
+    return isinstance(err, ConnectionAbortedError) and "Initialization failure from server" in str(err)
+
+
+def _reset_ray() -> None:
+    """Undo what a failed `ray.init` left: its half-made connection, and Ray Client mode."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    with contextlib.suppress(Exception):
+        from ray.util.client import ray as client
+
+        client.disconnect()  # turns client mode off when no client context is left
+
+
 class Session:
     """A connection to Ray for one sweep or more (module docstring): `cluster` an address (None: $RAY_ADDRESS,
     else a new local instance of `cpus` CPUs, default the machine's). If this process is connected already
@@ -179,11 +204,20 @@ class Session:
                        "runtime_env": {"py_modules": [str(ROOT / p) for p in PACKAGES],
                                        "excludes": ["__pycache__", "*.pyc"]}}
         try:
-            ray.init(**kwargs)
-        except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError, its own errors
-            self._remove_temp_dir()
-            where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
-            raise SweepError(f"cannot start or reach {where}: {type(e).__name__}: {e}") from None
+            for attempt in range(1, CLIENT_INIT_ATTEMPTS + 1):
+                try:
+                    ray.init(**kwargs)
+                    break
+                except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError, its own errors
+                    # a failed init leaves Ray half set up (after a failed Ray Client connection, client mode
+                    # stays on and the next ray.init in this process fails on an assertion): undo it
+                    _reset_ray()
+                    if attempt < CLIENT_INIT_ATTEMPTS and _client_server_died(e):
+                        continue
+                    self._remove_temp_dir()
+                    where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+                    tries = f" ({attempt} attempts)" if attempt > 1 else ""
+                    raise SweepError(f"cannot start or reach {where}{tries}: {type(e).__name__}: {e}") from None
         finally:
             # ray.init replaces the SIGTERM handler with one that exits at once; the caller's (the CLI's:
             # SIGTERM as Ctrl-C) stays, so that the tasks are cancelled and the instance shut down

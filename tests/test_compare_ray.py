@@ -18,6 +18,7 @@ import pytest
 
 from fabriclab import compare as cmp
 from fabriclab.cli import main
+from fabriclab.sweep import CLIENT_INIT_ATTEMPTS as SWEEP_ATTEMPTS, SweepError
 from tests.ray_cluster import DRIVER_ENV, RayCluster, alive, descendants, wait_until
 from tests.sweep_policies import TEST_DIR_ENV
 from traffic.traces import BUILTIN_TRACE
@@ -84,6 +85,37 @@ def test_eight_rows_over_a_two_node_cluster_equal_the_single_process_rows(cluste
     assert len(rows) == 8
     assert [same(r) for r in rows] == [reference[label] for label in labels]
     assert len(seen.nodes) == 2  # both nodes ran rows
+
+
+def test_a_client_server_that_dies_as_it_starts_is_retried_and_ray_stays_usable(cluster, reference, driver,
+                                                                              monkeypatch):
+    # ray-project/ray#63202: the per-client server the cluster starts for a Ray Client connection dies in a few
+    # percent of connections, and ray.init gets "Initialization failure from server". Its answer, as Ray's
+    # client receives it, stands in for the death (it cannot be caused at will).
+    from ray.util.client import worker
+
+    real_init = worker.Worker._server_init
+    deaths = {"left": 1, "seen": 0}
+
+    def dies(self, *args, **kwargs):
+        if deaths["left"] != 0:
+            deaths["left"] -= 1
+            deaths["seen"] += 1
+            raise ConnectionAbortedError("Initialization failure from server:\n(the specific server died)")
+        return real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(worker.Worker, "_server_init", dies)
+    label = cmp.plan_rows(TRACE, BASE[:1], SIZES[:1])[0][0]["row"]
+    rows = cmp.compare(TRACE, BASE[:1], SIZES[:1], cluster=cluster.client_address)  # dies once, then connects
+    assert deaths["seen"] == 1 and [same(r) for r in rows] == [reference[label]]
+
+    deaths.update(left=-1, seen=0)  # dies every time: given up after the stated attempts, named
+    with pytest.raises(SweepError, match=rf"{SWEEP_ATTEMPTS} attempts.*Initialization failure from server"):
+        cmp.compare(TRACE, BASE[:1], SIZES[:1], cluster=cluster.client_address)
+    assert deaths["seen"] == SWEEP_ATTEMPTS
+    # and the failed connections left nothing behind in this process: the cluster by its GCS address (not Ray
+    # Client) works next (before the fix, Ray's client mode stayed on and this init failed an assertion)
+    assert [same(r) for r in cmp.compare(TRACE, BASE[:1], SIZES[:1], cluster=cluster.address)] == [reference[label]]
 
 
 def test_a_worker_killed_mid_row_loses_no_row(cluster, reference, driver, monkeypatch):
