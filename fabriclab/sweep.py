@@ -204,20 +204,10 @@ class Session:
                        "runtime_env": {"py_modules": [str(ROOT / p) for p in PACKAGES],
                                        "excludes": ["__pycache__", "*.pyc"]}}
         try:
-            for attempt in range(1, CLIENT_INIT_ATTEMPTS + 1):
-                try:
-                    ray.init(**kwargs)
-                    break
-                except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError, its own errors
-                    # a failed init leaves Ray half set up (after a failed Ray Client connection, client mode
-                    # stays on and the next ray.init in this process fails on an assertion): undo it
-                    _reset_ray()
-                    if attempt < CLIENT_INIT_ATTEMPTS and _client_server_died(e):
-                        continue
-                    self._remove_temp_dir()
-                    where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
-                    tries = f" ({attempt} attempts)" if attempt > 1 else ""
-                    raise SweepError(f"cannot start or reach {where}{tries}: {type(e).__name__}: {e}") from None
+            self._init(kwargs)
+        except SweepError:
+            self._remove_temp_dir()
+            raise
         finally:
             # ray.init replaces the SIGTERM handler with one that exits at once; the caller's (the CLI's:
             # SIGTERM as Ctrl-C) stays, so that the tasks are cancelled and the instance shut down
@@ -225,6 +215,24 @@ class Session:
                 signal.signal(signal.SIGTERM, previous)
         self.owned = True
         return self
+
+    def _init(self, kwargs: dict[str, Any]) -> None:
+        """`ray.init(**kwargs)`, a Ray Client server's death at start (`_client_server_died`) tried again; a
+        failed attempt undone (`_reset_ray`), the last one raised as a SweepError naming the address."""
+        import ray
+
+        for attempt in range(1, CLIENT_INIT_ATTEMPTS + 1):
+            try:
+                ray.init(**kwargs)
+                return
+            except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError, its own errors
+                # a failed init leaves Ray half set up (after a failed Ray Client connection, client mode
+                # stays on and the next ray.init in this process fails on an assertion): undo it
+                _reset_ray()
+                if attempt == CLIENT_INIT_ATTEMPTS or not _client_server_died(e):
+                    where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+                    tries = f" ({attempt} attempts)" if attempt > 1 else ""
+                    raise SweepError(f"cannot start or reach {where}{tries}: {type(e).__name__}: {e}") from None
 
     def __exit__(self, *exc: object) -> None:
         if self.owned:
