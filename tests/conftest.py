@@ -7,22 +7,38 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from fabric import topofile
 from fabric.flowsim import Job, SimOptions, simulate
 from fabric.routing import EcmpPolicy, PathTable
 from fabric.transfers import Placement, Transfer, TransferDag
+from tests import real_traces
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The shared real traces (read-only), located by FABRICLAB_TRACES, default ../shared/traces.
-TRACES = Path(os.environ.get("FABRICLAB_TRACES", ROOT.parent / "shared" / "traces"))
+
+
+def pytest_configure(config):  # noqa: ANN001, ANN201 - pytest hook
+    config.addinivalue_line("markers", f"{real_traces.MARKER}(*paths): reads these shared real traces "
+                                       "(tests/real_traces.py: skipped when missing, failed when CI=true)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):  # noqa: ANN001, ANN201 - pytest hook
+    """The one rule for tests that read the shared real traces (tests/real_traces.py), checked before any
+    fixture runs (an emulation test builds nothing): a missing file skips the test, and fails it in CI."""
+    why = real_traces.missing_reason(tuple(p for m in item.iter_markers(real_traces.MARKER) for p in m.args))
+    if why is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI has the shared traces beside the checkout, but {why}", pytrace=False)
+    pytest.skip(why)
 
 
 def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201 - pytest hook
     """In CI (CI=true) a skip would hide a test that did not run: report it as a failure instead."""
-    if call.excinfo is not None and call.excinfo.errisinstance(__import__("pytest").skip.Exception) \
+    if call.excinfo is not None and call.excinfo.errisinstance(pytest.skip.Exception) \
             and os.environ.get("CI", "").lower() == "true":
-        import pytest
-
         outcome = pytest.TestReport.from_item_and_call(item, call)
         outcome.outcome = "failed"
         outcome.longrepr = f"CI must run every test, but it was skipped: {call.excinfo.value}"

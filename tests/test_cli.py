@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.real_traces import RESNET, needs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -50,10 +52,9 @@ def test_unsupported_option_is_refused_before_anything_is_built():
     assert "4000 Mbit/s is outside what HTB emulates faithfully" in res.stderr
 
 
+@needs(RESNET)
 def test_trace_show_reads_a_real_trace_and_refuses_a_corrupt_one(tmp_path):
-    from tests.conftest import TRACES
-
-    trace = TRACES / "kineto" / "resnet50_ddp_2xA100_rank0.json.gz"
+    trace = RESNET
     data = json.loads(run("trace", "show", str(trace), "--json").stdout)
     # 3 profiler steps (4, 5, 6), each with 5 all-reduces and 2 broadcasts (see tests/test_traces.py)
     assert [s["step"] for s in data["per_step"]] == [4, 5, 6]

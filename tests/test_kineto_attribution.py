@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from fabriclab.cli import main
-from tests.test_traces import DLRM, DLRM_SIZES, _read_json_gz, _sizes, _write_json_gz, needs_traces
+from tests.real_traces import DLRM, needs
+from tests.test_traces import DLRM_SIZES, _read_json_gz, _sizes, _write_json_gz
 from traffic.traces import load
 from traffic.workload import Step, TraceError
 
@@ -316,7 +317,7 @@ def test_cli_refuses_a_hostile_trace_with_exit_2(tmp_path: Path, capsys: pytest.
 
 # --- the real DLRM trace with launches removed --------------------------------------------------------------------
 
-@needs_traces
+@needs(DLRM)
 def test_dlrm_rank_with_launches_cut_at_both_edges_and_in_the_middle(tmp_path: Path) -> None:
     # rank0 has 8 NCCL kernels on stream 84, launched from two CPU threads (see tests/test_traces.py). Remove the
     # launches of the 1st, 2nd (window start), 5th, 6th (middle) and 8th (window end) kernel in device order:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
-import os
 import shutil
 import sys
 import tracemalloc
@@ -17,17 +16,12 @@ from typing import Any
 
 import pytest
 
+from tests.real_traces import CHAKRA, DLRM, RESNET, needs
 from traffic.traces import BUILTIN_TRACE, detect_format, load, summarize
 from traffic.traces import kineto_events
 from traffic.workload import TraceError, Workload
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = Path(os.environ.get("FABRICLAB_TRACES", ROOT.parent / "shared" / "traces"))
-RESNET = TRACES / "kineto" / "resnet50_ddp_2xA100_rank0.json.gz"
-DLRM = TRACES / "kineto" / "dlrm_8xV100_step12"
-CHAKRA = TRACES / "chakra" / "resnet50_ddp_rank0.et"
-
-needs_traces = pytest.mark.skipif(not RESNET.exists(), reason=f"real traces not found under {TRACES}")
 
 
 def _sizes(step: Any) -> dict[str, list[int]]:
@@ -113,7 +107,7 @@ DLRM_COMPUTE_EXPOSED_US = {0: (1034, 5537, 14455), 1: (1246, 11056, 19901), 2: (
                            6: (1051, 3289, 13091), 7: (1059, 1580, 12509)}
 
 
-@needs_traces
+@needs(RESNET)
 def test_resnet_new_style_steps_collectives_and_sizes() -> None:
     w = load(RESNET)
     assert (w.format, w.timed, w.world_size) == ("kineto", True, 2)
@@ -133,14 +127,14 @@ def test_resnet_new_style_steps_collectives_and_sizes() -> None:
         assert starts == sorted(starts)
 
 
-@needs_traces
+@needs(RESNET)
 def test_resnet_maps_onto_more_ranks() -> None:
     w = load(RESNET).mapped_to(8)
     assert w.world_size == 8 and len(w.ranks) == 8
     assert {c.group_ranks for c in w.collectives()} == {tuple(range(8))}
 
 
-@needs_traces
+@needs(DLRM)
 def test_dlrm_old_style_directory_all_ranks() -> None:
     w = load(DLRM)
     assert (w.format, w.world_size, w.source) == ("kineto", 8, str(DLRM))
@@ -158,14 +152,14 @@ def test_dlrm_old_style_directory_all_ranks() -> None:
     assert any("process groups are not recorded" in n for n in w.notes)
 
 
-@needs_traces
+@needs(DLRM)
 def test_single_dlrm_rank_file() -> None:
     w = load(DLRM / "rank3.json.gz")
     assert [r.rank for r in w.ranks] == [3] and w.world_size == 8
     assert _sizes(w.ranks[0].steps[0]) == DLRM_SIZES
 
 
-@needs_traces
+@needs(RESNET)
 def test_step_counted_once_across_tracks(tmp_path: Path) -> None:
     data = _read_json_gz(RESNET)
     copies = []
@@ -179,7 +173,7 @@ def test_step_counted_once_across_tracks(tmp_path: Path) -> None:
     assert all(_sizes(s) == RESNET_SIZES for s in w.ranks[0].steps)
 
 
-@needs_traces
+@needs(RESNET)
 def test_launch_sampling_thinned_gives_the_same_compute(monkeypatch: pytest.MonkeyPatch) -> None:
     # Keep only a handful of launch samples, so most step boundaries fall in ambiguous correlation windows that
     # must be resolved from the launches themselves: the result must not change.
@@ -189,7 +183,7 @@ def test_launch_sampling_thinned_gives_the_same_compute(monkeypatch: pytest.Monk
     assert [s.exposed_comm_us for s in w.ranks[0].steps] == pytest.approx(RESNET_EXPOSED_US, abs=1e-3)
 
 
-@needs_traces
+@needs(RESNET)
 def test_summary() -> None:
     w = load(RESNET)
     s = summarize(w)
@@ -204,18 +198,15 @@ def test_summary() -> None:
     assert d["per_step"][0]["collectives"] == 7 and d["notes"] == list(w.notes)
 
 
-@needs_traces
+@needs(RESNET, DLRM, CHAKRA)
 def test_detects_formats() -> None:
     assert detect_format(RESNET) == "kineto"
     assert detect_format(DLRM / "rank0.json.gz") == "kineto"
-    if CHAKRA.exists():
-        assert detect_format(CHAKRA) == "chakra"
+    assert detect_format(CHAKRA) == "chakra"
 
 
-@needs_traces
+@needs(CHAKRA)
 def test_chakra_missing_is_a_trace_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not CHAKRA.exists():
-        pytest.skip("no Chakra trace")
     monkeypatch.setitem(sys.modules, "traffic.traces.chakra", None)  # makes the import fail
     with pytest.raises(TraceError, match="Chakra support is missing"):
         load(CHAKRA)
@@ -298,7 +289,7 @@ def test_empty_directory(tmp_path: Path) -> None:
         load(tmp_path)
 
 
-@needs_traces
+@needs(RESNET)
 def test_truncated_gzip(tmp_path: Path) -> None:
     raw = RESNET.read_bytes()
     bad = tmp_path / "cut.json.gz"
@@ -307,7 +298,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
         load(bad)
 
 
-@needs_traces
+@needs(RESNET)
 def test_truncated_plain_json(tmp_path: Path) -> None:
     with gzip.open(RESNET, "rb") as f:
         raw = f.read()
@@ -355,7 +346,7 @@ def test_invalid_utf8_inside_json(tmp_path: Path) -> None:
         load(bad)
 
 
-@needs_traces
+@needs(RESNET)
 def test_no_collectives(tmp_path: Path) -> None:
     data = _read_json_gz(RESNET)
     data["traceEvents"] = [e for e in data["traceEvents"] if "nccl" not in str(e.get("name", "")).lower()]
@@ -363,7 +354,7 @@ def test_no_collectives(tmp_path: Path) -> None:
         load(_write_json_gz(tmp_path / "quiet.json.gz", data))
 
 
-@needs_traces
+@needs(DLRM)
 def test_collectives_without_sizes(tmp_path: Path) -> None:
     data = _read_json_gz(DLRM / "rank0.json.gz")
     for e in data["traceEvents"]:
@@ -374,7 +365,7 @@ def test_collectives_without_sizes(tmp_path: Path) -> None:
         load(_write_json_gz(tmp_path / "rank0.json.gz", data))
 
 
-@needs_traces
+@needs(DLRM)
 def test_directory_mixing_formats(tmp_path: Path) -> None:
     shutil.copy(DLRM / "rank0.json.gz", tmp_path / "rank0.json.gz")
     (tmp_path / "rank1.log").write_text(NCCL_LOG_OLD)
@@ -382,13 +373,13 @@ def test_directory_mixing_formats(tmp_path: Path) -> None:
         load(tmp_path)
 
 
-@needs_traces
+@needs(RESNET)
 def test_nccl_options_rejected_for_kineto() -> None:
     with pytest.raises(TraceError, match="apply to NCCL logs only"):
         load(RESNET, compute_gap_us=100.0)
 
 
-@needs_traces
+@needs(DLRM)
 def test_duplicate_rank_in_directory(tmp_path: Path) -> None:
     shutil.copy(DLRM / "rank0.json.gz", tmp_path / "a.json.gz")
     shutil.copy(DLRM / "rank0.json.gz", tmp_path / "b.json.gz")
@@ -550,7 +541,7 @@ def _bench_module() -> Any:
     return module
 
 
-@needs_traces
+@needs(RESNET)
 def test_streaming_memory_stays_far_below_the_file_size(tmp_path: Path) -> None:
     big = tmp_path / "big.json"
     copies = _bench_module().write_repeated_trace(RESNET, big, 50_000_000)

@@ -25,7 +25,8 @@ from fabric import topofile
 from fabriclab import calibrate as cal
 from tests.conftest import replayed
 from tests.emulation.shared_runs import emulated
-from tests.emulation.test_replay import DLRM, DLRM_REPEAT, DP16, RESNET, at_dilation, first_steps, large_all_to_alls
+from tests.emulation.test_replay import DLRM_REPEAT, DP16, at_dilation, first_steps, large_all_to_alls
+from tests.real_traces import DLRM, RESNET, needs
 from traffic.traces import load
 
 pytestmark = pytest.mark.emulation
@@ -46,6 +47,7 @@ def run_emulated(w, fab, routing, opts):
     return replayed(w, w.source, fab, routing, opts)
 
 
+@needs(RESNET, DLRM)
 def test_the_calibrated_simulator_agrees_with_the_emulator_on_two_real_traces(tmp_path):
     c = cal.calibrate([(DP16, "adaptive"), (PY16, "adaptive")], run_emulated, log=print)
     c.write(tmp_path / "calibration.json")

@@ -7,14 +7,13 @@ frame), link bytes from the switches' own port counters.
 from __future__ import annotations
 
 import dataclasses
-import os
 import statistics
-from pathlib import Path
 
 import pytest
 
 from fabric import topofile
 from tests.conftest import replayed
+from tests.real_traces import DLRM, RESNET, needs
 from tests.emulation.shared_runs import emulated
 from traffic import report
 from traffic.replay import ReplayOptions, plan_replay
@@ -22,10 +21,6 @@ from traffic.traces import load
 from traffic.workload import Collective, RankTrace, Step, Workload
 
 pytestmark = pytest.mark.emulation
-ROOT = Path(__file__).resolve().parents[2]
-TRACES = Path(os.environ.get("FABRICLAB_TRACES", ROOT.parent / "shared" / "traces"))
-RESNET = TRACES / "kineto" / "resnet50_ddp_2xA100_rank0.json.gz"
-DLRM = TRACES / "kineto" / "dlrm_8xV100_step12"
 DP16 = topofile.load("dual-plane-16")
 #: TCP payload per wire byte on the emulated links (MTU 1500, TCP timestamps: 1448 of 1514 bytes on the
 #: wire, as HTB counts them), less ~2% for the ACKs a ring's receivers send on the same NICs
@@ -54,6 +49,7 @@ def at_dilation(w: Workload, times_default: float, **options) -> ReplayOptions:
 DLRM_REPEAT = 2
 
 
+@needs(RESNET)
 def test_resnet50_replays_on_dual_plane_16_with_every_collective_accounted_for(tmp_path):
     w = first_steps(load(RESNET), 1)  # one step of the real trace: 2 broadcasts, 5 all-reduces
     # the replay's defaults (its chosen dilation, planned source ports), as in test_calibration
@@ -117,6 +113,7 @@ def large_all_to_alls(w: Workload, min_bytes: int = 10_000) -> Workload:
                                               for r in w.ranks))
 
 
+@needs(DLRM)
 def test_dlrm_all_to_all_is_slower_on_the_pyramid_with_ecmp_and_the_report_names_the_links(tmp_path):
     # DLRM's all-to-alls mapped onto all 16 hosts, in pairwise rounds (q -> q+k). In pyramid-16, in every
     # round with k >= 4 every host of a ToR sends off its ToR: 4 x 400G into 2 x 400G of uplinks (2:1
