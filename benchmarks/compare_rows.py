@@ -74,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-exact", action="store_true", help="skip the exact-resolution baseline")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    from fabriclab.compare import llm_spec_at
+    from fabriclab.study.spec import WorkloadSpec
 
     variants = [("", args.model)] + ([("stragglers", f"{args.model},{args.stragglers}")] if args.stragglers else [])
     out: list[dict[str, Any]] = []
     for item in args.series:
         topology, _, routing = item.partition(":")
         for variant, model in variants:
-            llm_spec_at(f"llm:{model}", args.gpus)  # a bad spec fails here, before minutes of runs
+            WorkloadSpec.model(model).at(args.gpus)  # a bad spec fails here, before minutes of runs
             for res in (None, EXACT_US) if not args.no_exact else (None,):
                 r = run_row(model, topology, routing, args.gpus, res) | {"variant": variant}
                 out.append(r)

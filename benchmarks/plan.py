@@ -116,7 +116,7 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="plan-bench-"))
     designs = args.designs
     if args.quick:
-        from fabriclab.commands import MAIN_TRACE
+        from fabriclab.study.main_job import MAIN_TRACE
 
         args.model, args.gpus = MAIN_TRACE, 16
         designs = str(tmp / "designs.yaml")

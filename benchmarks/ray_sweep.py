@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fabriclab import compare as cmp  # noqa: E402
+from fabriclab.rows import with_efficiency  # noqa: E402
 from tests.ray_cluster import DRIVER_ENV, RayCluster, descendants, process_group  # noqa: E402
 from traffic.traces import BUILTIN_TRACE  # noqa: E402
 
@@ -108,7 +109,7 @@ def run_pool(tasks: list[dict[str, Any]], jobs: int) -> dict[str, Any]:
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         out = pool.map(_pool_row, tasks, chunksize=1)
     wall = time.monotonic() - t0
-    rows = cmp.with_efficiency([cmp.Row(**r) for r, _, _, _ in out])
+    rows = with_efficiency([cmp.Row(**r) for r, _, _, _ in out])
     peak: dict[int, int] = {}
     for _, pid, kb, _ in out:
         peak[pid] = max(peak.get(pid, 0), kb)

@@ -19,7 +19,7 @@ runs at the NIC's bound, where NCCL at that size is latency-bound (2 x 1,023 ste
   flows that end, and deliveries and job starts that fall due, within this long after the first are
   taken with it, so one rate computation serves them all. 1 ns by default for traces: exact to the model.
   `COARSE_RESOLUTION_US` (5 µs) by default for generated LLM steps, whose network transfers are MB-sized
-  (`fabriclab.commands._sim_options`), and a speed knob for steps of large transfers only: on a congested 1,024-GPU pyramid a
+  (`fabriclab.study.spec.resolve`), and a speed knob for steps of large transfers only: on a congested 1,024-GPU pyramid a
   GPT-3 step recomputes its rates every few hundred ns (transfers whose paths differ by a hop are
   delivered 0.65 µs apart), and 5 µs makes the row several times faster for a step 0.02% off; but every
   event it takes early shortens a chain of small transfers (a ring step of 64 KB is ~15 µs), so

@@ -19,6 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
 
+from networkx.utils import UnionFind
+
 from fabric.errors import TopologyError
 from fabric.limits import MAX_PORT, check_sizes, rate_problem
 
@@ -387,26 +389,20 @@ def _check_planes_connected(fab: Fabric) -> None:
 
     Otherwise hosts on different islands of a plane cannot reach each other in it.
     """
-    parent = {s.name: s.name for s in fab.switches}
-
-    def root(node: str) -> str:
-        while parent[node] != node:
-            parent[node] = parent[parent[node]]
-            node = parent[node]
-        return node
-
+    switches = {s.name for s in fab.switches}
+    islands = UnionFind(switches)
     for link in fab.links:
-        if link.a.node in parent and link.b.node in parent:
-            parent[root(link.a.node)] = root(link.b.node)
+        if link.a.node in switches and link.b.node in switches:
+            islands.union(link.a.node, link.b.node)
     first: dict[str, Switch] = {}  # plane -> its first switch
     hosts_at: dict[str, list[str]] = defaultdict(list)
     for link in fab.links:
         for here, there in ((link.a, link.b), (link.b, link.a)):
-            if here.node in parent and there.node not in parent:
+            if here.node in switches and there.node not in switches:
                 hosts_at[here.node].append(there.node)
     for sw in fab.switches:
         ref = first.setdefault(sw.plane, sw)
-        if root(sw.name) != root(ref.name):
+        if islands[sw.name] != islands[ref.name]:
             between = ""
             if hosts_at[sw.name] and hosts_at[ref.name]:
                 between = f"; hosts {hosts_at[ref.name][0]!r} and {hosts_at[sw.name][0]!r} cannot reach each other in it"

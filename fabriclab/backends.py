@@ -21,10 +21,12 @@ and `crosscheck` all run through it.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from fabric.emulation import EmulationOptions
 from fabric.flowsim import LinkEvent, SimOptions
@@ -69,13 +71,16 @@ class Run:
 
 
 def run_workload(workload: Workload, trace_label: str, fabric: Fabric, routing: str, options: ReplayOptions,
-                 backend: Backend, *, progress: Progress | None = None, out_dir: Path | None = None) -> Run:
+                 backend: Backend, *, progress: Progress | None = None, out_dir: Path | None = None,
+                 spec: dict[str, Any] | None = None) -> Run:
     """`workload` on `fabric` under `routing` by `backend` (module docstring); the result written to
-    `out_dir` (its `result.json`) where given."""
+    `out_dir` (its `result.json`) where given; `spec`: the resolved run specification, kept in the result's meta."""
     if progress is not None:
         progress(RunProgress("plan"))
     plan = backend.plan(workload, fabric, options)
     result = build_result(plan, backend.run(plan, routing, progress), trace=trace_label, routing=routing)
+    if spec is not None:
+        result = dataclasses.replace(result, meta=dataclasses.replace(result.meta, spec=spec))
     if out_dir is not None:
         result.write(out_dir)
     return Run(plan, result)
@@ -86,6 +91,22 @@ def describe_progress(p: RunProgress) -> str:
     time so far."""
     text = f"{p.stage}: {p.calls_done}/{p.calls} calls, {p.bytes_share:.0%} of bytes"
     return text + f", simulated {p.sim_s * 1e3:.4g} ms" if p.stage == "simulate" else text
+
+
+def numpy_hugepage_advice_off() -> None:
+    """Turn numpy's huge-page advice off for this process and the ones it starts, unless
+    `NUMPY_MADVISE_HUGEPAGE` says otherwise. numpy advises the kernel to back every array of 4 MB and
+    more with huge pages; where transparent huge pages are `madvise` with defrag `madvise` (Debian's and
+    Ubuntu's default), the kernel compacts memory synchronously at the first touch of each such array,
+    and the simulator makes many short-lived ones: one 1024-GPU step took 2.5 s with the advice and
+    0.65 s without it here (`benchmarks/flowsim.py --hugepages default off`)."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ:
+        return
+    os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"  # read at numpy's import: processes started later
+    import numpy as np
+
+    core = getattr(np, "_core", None) or getattr(np, "core")  # numpy 2 / numpy 1
+    core.multiarray._set_madvise_hugepage(False)
 
 
 def controller_poll_ms(fabric: Fabric, mbps_per_gbps: float) -> float:

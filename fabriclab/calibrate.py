@@ -369,3 +369,10 @@ def format_calibration(cal: Calibration) -> str:
         lines.append(f"{s.topology:<16} {s.size_bytes:>12} {s.emulated_us:>12.1f} {p:>10.1f} "
                      f"{(p - s.emulated_us) / s.emulated_us:>+7.1%}")
     return "\n".join(lines)
+
+
+def crosscheck_doc(fabric: str, routing: str, dilation: float, rows: Sequence[Any]) -> dict[str, Any]:
+    """One fabric's crosscheck as `crosscheck.json` keeps it: each collective's figures and verdicts."""
+    return {"topology": fabric, "routing": routing, "dilation": dilation,
+            "collectives": [dataclasses.asdict(r) | {"difference": r.difference, "bandwidth_bound": r.bandwidth_bound,
+                                                     "comparable": r.comparable} for r in rows]}

@@ -11,8 +11,10 @@
                                                 gpt3-175b, llama3-70b, ...); anywhere a TRACE goes: llm:SPEC
     fabriclab replay [TRACE] [--topology T ...] [--routing R ...] [--out DIR]
                                                 replay a trace's collectives as real TCP bytes; with no
-                                                arguments: the built-in trace on dual-plane-16 (adaptive)
-                                                and pyramid-16 (ecmp), side by side
+                                                arguments: the main job, a 16-GPU slice of the GPT-3 175B
+                                                step on dual-plane-16-servers (adaptive) and
+                                                pyramid-16-servers (ecmp), side by side, with the simulator's
+                                                figures and the whole step at 1,024 GPUs
     fabriclab sim [TRACE] [--topology T ...] [--routing R ...] [--link-down SW:PORT@US ...]
                                                 the same on the flow-level simulator: no root, any size
     fabriclab compare [TRACE] [--topology T --routing R ...] [--sizes N ...]
@@ -33,6 +35,7 @@ import faulthandler
 import signal
 import sys
 import threading
+from typing import Any
 
 from fabric import topofile
 from fabric.errors import FabriclabError
@@ -41,6 +44,7 @@ from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_plan, cmd_record,
                                 cmd_replay, cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show,
                                 cmd_up, cmd_workload_llm)
+from fabriclab.study.spec import FLAT_RING_MAX
 from fabriclab.sweep import add_cluster_argument
 
 PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one rank every hosts/ranks hosts), "
@@ -50,6 +54,26 @@ PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one
 
 ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as package.module:ClassName "
                 "(a fabric.routing.RoutingPolicy subclass, importable here)")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    """How a workload runs (`fabriclab.study.spec.RunOptions`): every command that runs one takes these."""
+    p.add_argument("--placement", default="block", help=PLACEMENT_HELP)
+    p.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default; on the simulator above "
+                                                        "--hierarchical-above GPUs its hierarchical form), tree, "
+                                                        "halving_doubling, hierarchical, or auto")
+    p.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
+    p.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
+                   help="connection source ports: planned (each channel on its own equal-cost path), hashed "
+                        "(random, as the OS picks them: classic ECMP collisions), or auto: planned under "
+                        "adaptive routing, hashed otherwise (default)")
+    p.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
+    p.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times (more samples for p99)")
+    p.add_argument("--compute-gap-us", type=float, default=None,
+                   help="compute before each collective, for traces without timings")
+    p.add_argument("--step-ops", type=int, default=None, metavar="N",
+                   help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
+                        "from the log's own period or opCount restarts")
 
 
 def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -65,21 +89,7 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
                    help=ROUTING_HELP + "; one per --topology (default: adaptive, and ecmp for the pyramid)")
     p.add_argument("--ranks", type=int, help="map a data-parallel trace onto this many ranks "
                                              "(default: every host for a single-rank trace)")
-    p.add_argument("--placement", default="block", help=PLACEMENT_HELP)
-    p.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default), tree, "
-                                                        "halving_doubling, hierarchical, or auto")
-    p.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
-    p.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
-                   help="connection source ports: planned (each channel on its own equal-cost path), hashed "
-                        "(random, as the OS picks them: classic ECMP collisions), or auto: planned under "
-                        "adaptive routing, hashed otherwise (default)")
-    p.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
-    p.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times (more samples for p99)")
-    p.add_argument("--compute-gap-us", type=float, default=None,
-                   help="compute before each collective, for traces without timings")
-    p.add_argument("--step-ops", type=int, default=None, metavar="N",
-                   help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
-                        "from the log's own period or opCount restarts")
+    _run_args(p)
     p.add_argument("--world-size", type=int, default=None, metavar="N",
                    help="AICB CSV and SimAI files only: map the job onto N ranks (default: as the file says)")
     p.add_argument("--out", default=default_out, help=f"output directory (default {default_out})")
@@ -87,7 +97,7 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
 
 
 def _sim_args(p: argparse.ArgumentParser) -> None:
-    """The simulator's own arguments (`sim` and `compare`; read by `_sim_options`)."""
+    """The simulator's own arguments (`sim` and `compare`; read by `fabriclab.commands._sim_model`)."""
     p.add_argument("--per-transfer-us", type=float, default=DEFAULT_PER_TRANSFER_US,
                    help="fixed cost of one point-to-point transfer (a ring step), real microseconds (default "
                         f"{DEFAULT_PER_TRANSFER_US:g}: with 4 hops, NCCL's per-network-step latency of its ring; "
@@ -115,11 +125,29 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
                         "simulated and the block's others run as it ran, bytes on their own paths); default "
                         "auto: exact up to 16 ranks (the emulated sizes), sampled above (errors in "
                         "benchmarks/RESULTS.md)")
+    p.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
+                   help="run each collective's steps in lockstep, each waiting for all of the step before "
+                        "(default auto: above --hierarchical-above GPUs, where the exact dependencies can take hours)")
+    p.add_argument("--hierarchical-above", type=int, default=FLAT_RING_MAX, metavar="GPUS",
+                   help="above this many GPUs a ring all-reduce runs in its hierarchical form (rings inside each "
+                        "leaf, rings across leaves) and --lockstep auto is on (default %(default)s); every command "
+                        "resolves a run the same way (fabriclab.study.spec) and says so in its output")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fabriclab", description="A lab for AI-training cluster networks.")
-    sub = ap.add_subparsers(dest="command", required=True)
+def _sweep_args(p: argparse.ArgumentParser, what: str) -> None:
+    """The arguments `compare` and `plan` share: how the workload runs, where rows run and are cached."""
+    _run_args(p)
+    _sim_args(p)
+    p.add_argument("--jobs", type=int, help=f"{what} run at once (default: the number of cores; on a "
+                                            "--cluster, as many as its CPUs take)")
+    add_cluster_argument(p)
+    p.add_argument("--cache", default="results/compare/cache",
+                   help="where rows are cached by content (default results/compare/cache, compare's and plan's)")
+    p.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")
+
+
+def _inspect_parsers(sub: Any) -> None:
+    """`topo show|check` and `trace show`: inspect topology files and traces."""
 
     topo = sub.add_parser("topo", help="inspect topology files").add_subparsers(dest="topo_command", required=True)
     show = topo.add_parser("show", help="counts, bandwidths, oversubscription, hops and paths")
@@ -130,6 +158,27 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("file", metavar="FILE")
     check.set_defaults(func=cmd_topo_check)
 
+    trace = sub.add_parser("trace", help="inspect traces").add_subparsers(dest="trace_command", required=True)
+    tshow = trace.add_parser("show", help="ranks, steps, compute, collectives per kind, exposed-communication share")
+    tshow.add_argument("trace", metavar="FILE|DIR|llm:SPEC", help="Kineto JSON (.json, .json.gz, or a directory "
+                       "of per-rank files), Chakra .et, an NCCL debug log, an AICB CSV or SimAI workload file, or "
+                       "a generated LLM training step (llm:PRESET[,key=value...] or llm:FILE.yaml[,...])")
+    tshow.add_argument("--compute-gap-us", type=float, default=None,
+                       help="compute before each collective, for traces without timings (NCCL logs)")
+    tshow.add_argument("--step-ops", type=int, default=None, metavar="N",
+                       help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
+                            "from the log's own period or opCount restarts")
+    tshow.add_argument("--world-size", type=int, default=None, metavar="N",
+                       help="AICB CSV and SimAI files only: map the job onto N ranks (default: as the file says)")
+    tshow.add_argument("--rank", type=int, default=None,
+                       help="show this rank's collectives per step and process group (the default for jobs of "
+                            "more than 16 ranks, with their first rank)")
+    tshow.add_argument("--json", action="store_true")
+    tshow.set_defaults(func=cmd_trace_show)
+
+
+def _up_parser(sub: Any) -> None:
+    """`up`: bring a fabric up with its controller, check it, tear it down."""
     up = sub.add_parser("up", help="bring up fabric + controller, check reachability, print a summary, tear down")
     up.add_argument("topology", nargs="?", default=str(topofile.DEFAULT_TOPOLOGY),
                     help="topology file or shipped name (default: dual-plane-16)")
@@ -151,24 +200,9 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--json", action="store_true", help="machine-readable summary")
     up.set_defaults(func=cmd_up)
 
-    trace = sub.add_parser("trace", help="inspect traces").add_subparsers(dest="trace_command", required=True)
-    tshow = trace.add_parser("show", help="ranks, steps, compute, collectives per kind, exposed-communication share")
-    tshow.add_argument("trace", metavar="FILE|DIR|llm:SPEC", help="Kineto JSON (.json, .json.gz, or a directory "
-                       "of per-rank files), Chakra .et, an NCCL debug log, an AICB CSV or SimAI workload file, or "
-                       "a generated LLM training step (llm:PRESET[,key=value...] or llm:FILE.yaml[,...])")
-    tshow.add_argument("--compute-gap-us", type=float, default=None,
-                       help="compute before each collective, for traces without timings (NCCL logs)")
-    tshow.add_argument("--step-ops", type=int, default=None, metavar="N",
-                       help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
-                            "from the log's own period or opCount restarts")
-    tshow.add_argument("--world-size", type=int, default=None, metavar="N",
-                       help="AICB CSV and SimAI files only: map the job onto N ranks (default: as the file says)")
-    tshow.add_argument("--rank", type=int, default=None,
-                       help="show this rank's collectives per step and process group (the default for jobs of "
-                            "more than 16 ranks, with their first rank)")
-    tshow.add_argument("--json", action="store_true")
-    tshow.set_defaults(func=cmd_trace_show)
 
+def _workload_parsers(sub: Any) -> None:
+    """`workload llm`: a generated LLM training step."""
     wl = sub.add_parser("workload", help="generate training workloads").add_subparsers(dest="workload_command",
                                                                                      required=True)
     wllm = wl.add_parser("llm", help="a transformer training step from a model config (docs/workloads.md): its "
@@ -187,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     wllm.add_argument("--json", action="store_true")
     wllm.set_defaults(func=cmd_workload_llm)
 
+
+def _replay_parser(sub: Any) -> None:
+    """`replay`: a trace's collectives as real TCP bytes on the emulator (root)."""
     rp = sub.add_parser("replay", help="replay a trace's collectives as real TCP bytes over the emulated fabric")
     _workload_args(rp, "results/replay")
     rp.add_argument("--mbps-per-gbps", type=float, default=None,
@@ -200,10 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where --at-scale's rows are cached (default results/compare/cache, as compare's)")
     rp.add_argument("--dilation", type=float, help="emulated time / real time (default: chosen so that "
                                                     "collectives are bandwidth-bound)")
-    rp.add_argument("--sleep-compute", action="store_true",
-                    help="sleep compute gaps at the dilation instead of composing the step timeline (slow)")
     rp.set_defaults(func=cmd_replay)
 
+
+def _sim_parser(sub: Any) -> None:
+    """`sim`: the same on the flow-level simulator."""
     sm = sub.add_parser("sim", help="run a trace's collectives on the flow-level simulator (no root; any size), "
                                     "with the same plan, routing and report as replay")
     _workload_args(sm, "results/sim")
@@ -214,10 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="bring a link back up at a real time; repeatable")
     sm.set_defaults(func=cmd_sim)
 
+
+def _compare_parser(sub: Any) -> None:
+    """`compare`: a workload over fabrics, routing modes and sizes on the simulator."""
     cp = sub.add_parser("compare", help="a trace over fabrics, routing modes and sizes on the simulator: "
                                         "utilisation, communication share, step times, busbw, scaling efficiency")
-    cp.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory (default: the built-in "
-                                                              "recording); mapped onto each size's ranks")
+    cp.add_argument("trace", nargs="?", metavar="TRACE", help="trace file or directory, mapped onto each size's ranks, "
+                                                              "or `builtin` (the built-in CPU recording); default: "
+                                                              "--model gpt3-175b, the answer for a 100B-class LLM")
     cp.add_argument("--topology", action="append", metavar="T",
                     help="a builder topology file or shipped name, built at each size; repeat for each series "
                          "(default: pyramid-1024 with ecmp and dual-plane-1024 with adaptive, the same bandwidth "
@@ -239,32 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "its tail needs, the production anchors (docs/simulator.md#sensitivity)")
     cp.add_argument("--sizes", type=int, nargs="+", default=[128, 256, 512, 1024], metavar="N",
                     help="GPUs (one per host); the smallest is the scaling base (default 128 256 512 1024)")
-    cp.add_argument("--placement", default="block", help=PLACEMENT_HELP)
-    cp.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring; above 1024 GPUs its hierarchical form, as NCCL switches too)")
-    cp.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
-    cp.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
-                    help="source ports (default auto: planned under adaptive routing, hashed otherwise)")
-    cp.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
-    cp.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times")
-    cp.add_argument("--compute-gap-us", type=float, default=None,
-                    help="compute before each collective, for traces without timings")
-    cp.add_argument("--step-ops", type=int, default=None, metavar="N",
-                    help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
-                         "from the log's own period or opCount restarts")
-    _sim_args(cp)
-    cp.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
-                    help="run each collective's steps in lockstep, each waiting for all of the step before "
-                         "(default auto: above 1024 GPUs, where the exact dependencies can take hours)")
-    cp.add_argument("--jobs", type=int, help="configurations run at once (default: the number of cores; on a "
-                                             "--cluster, as many as its CPUs take)")
-    add_cluster_argument(cp)
-    cp.add_argument("--cache", default="results/compare/cache",
-                    help="where rows are cached by content (default results/compare/cache)")
-    cp.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")
+    _sweep_args(cp, "configurations")
     cp.add_argument("--out", default="results/compare", help="output directory (default results/compare)")
     cp.add_argument("--json", action="store_true", help="print compare.json instead of the table")
     cp.set_defaults(func=cmd_compare)
 
+
+def _plan_parser(sub: Any) -> None:
+    """`plan`: the what-if planner."""
     pl = sub.add_parser("plan", help="the what-if planner: a workload at a GPU count over designs (spines, "
                                      "oversubscription per tier, plane kind, rails, routing, NIC rate) on the "
                                      "simulator; step, p99, communication, efficiency, cost in parts, Pareto front")
@@ -280,31 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "link, nic_port; each a figure or figures by size); default 1 unit per switch port and per optic")
     pl.add_argument("--no-reference", action="store_true",
                     help="no reference rows (one non-blocking switch per GPU bandwidth): no scaling efficiency")
-    pl.add_argument("--placement", default="block", help=PLACEMENT_HELP)
-    pl.add_argument("--algorithm", default="ring", help="all-reduce algorithm (default ring)")
-    pl.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
-    pl.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
-                    help="source ports (default auto: planned under adaptive routing, hashed otherwise)")
-    pl.add_argument("--seed", type=int, default=0, help="seed for hashed source ports (default 0)")
-    pl.add_argument("--repeat", type=int, default=1, help="loop the trace's steps N times")
-    pl.add_argument("--compute-gap-us", type=float, default=None,
-                    help="compute before each collective, for traces without timings")
-    pl.add_argument("--step-ops", type=int, default=None, metavar="N",
-                    help="NCCL logs only: every N collectives of a rank are a step")
-    _sim_args(pl)
-    pl.add_argument("--lockstep", choices=["auto", "on", "off"], default="auto",
-                    help="run each collective's steps in lockstep (default auto: above 1024 GPUs)")
-    pl.add_argument("--jobs", type=int, help="designs simulated at once (default: the number of cores; on a "
-                                             "--cluster, as many as its CPUs take)")
-    add_cluster_argument(pl)
-    pl.add_argument("--cache", default="results/compare/cache",
-                    help="where rows are cached by content (default results/compare/cache, compare's)")
-    pl.add_argument("--no-cache", action="store_true", help="compute every row, read and write no cache")
+    _sweep_args(pl, "designs simulated")
     pl.add_argument("--out", default="results/plan", help="output directory (default results/plan): plan.json, "
                     ".csv, .txt, .png and topologies/ (each design at --gpus and at 16 hosts)")
     pl.add_argument("--json", action="store_true", help="print plan.json instead of the table")
     pl.set_defaults(func=cmd_plan)
 
+
+def _other_parsers(sub: Any) -> None:
+    """`report`, `clean`, `calibrate`, `crosscheck` and `record`."""
     rep = sub.add_parser("report", help="re-render a run's report, or two runs side by side")
     rep.add_argument("dirs", nargs="+", metavar="DIR", help="one or two run directories (with result.json)")
     rep.add_argument("--out", help="where to write (default: the first DIR)")
@@ -337,6 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument("--ranks", type=int, default=4)
     rec.add_argument("--steps", type=int, default=6)
     rec.set_defaults(func=cmd_record)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="fabriclab", description="A lab for AI-training cluster networks.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for add in (_inspect_parsers, _up_parser, _workload_parsers, _replay_parser, _sim_parser, _compare_parser,
+                _plan_parser, _other_parsers):
+        add(sub)
     return ap
 
 

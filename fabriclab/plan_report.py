@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fabric import parts as parts_mod
-from fabriclab.compare import TIE_TOLERANCE, Row
+from fabriclab.study.verdicts import TIE_TOLERANCE, Row
 from fabriclab.planner import Planned
 
 
@@ -193,11 +193,10 @@ def plot_png(res: Sequence[DesignResult], title: str, unit: str) -> bytes:
     (joined as a staircase in cost order); each reference's step as a dashed line. Steps beyond
     PLOT_STEP_SPAN x the fastest are drawn as triangles at the top edge with their step in the label, so
     one very slow design does not flatten the others."""
-    import matplotlib.figure as mfigure
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from traffic.report.plots import agg_renderer, figure_png, new_figure
 
-    fig = mfigure.Figure(figsize=(11.0, 7.0), layout="constrained")
-    canvas = FigureCanvasAgg(fig)
+    fig = new_figure(11.0, 7.0)
+    renderer = agg_renderer(fig)
     ax = fig.add_subplot()
     done = sorted((r for r in res if r.row is not None), key=lambda r: (r.cost, r.step_mean_us))
     if not done:
@@ -232,7 +231,6 @@ def plot_png(res: Sequence[DesignResult], title: str, unit: str) -> bytes:
         ax.set_ylabel("step time, mean (s)")
         ax.grid(True, alpha=0.3)
         legend = ax.legend(loc="upper left", fontsize=8)
-        renderer = canvas.get_renderer()
         placed = [legend.get_window_extent(renderer)]
         for r in done:
             text = r.name + (f" ({r.step_mean_us / 1e6:.3g} s)" if r.step_mean_us / 1e6 > y_max else "")
@@ -250,9 +248,7 @@ def plot_png(res: Sequence[DesignResult], title: str, unit: str) -> bytes:
                 box = ann.get_window_extent(renderer)
             placed.append(box)
     ax.set_title(textwrap.fill(title, 120), fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
-    return buf.getvalue()
+    return figure_png(fig)
 
 
 @dataclass

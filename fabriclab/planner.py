@@ -47,7 +47,7 @@ from fabric import topofile
 from fabric.builders import build
 from fabric.errors import FabriclabError
 from fabric.model import Fabric
-from fabriclab.compare import Series
+from fabriclab.rows import Series
 
 #: keys only some fabrics have
 ONLY = {"agg_oversubscription": ("pyramid",), "tors_per_pod": ("pyramid",), "aggs_per_pod": ("pyramid",),

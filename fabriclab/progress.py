@@ -7,8 +7,11 @@ terminal gets a bar of items done and one bar per item running, each with its ow
 """
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 #: a plain (non-terminal) stream gets a line at most this often while items run
@@ -80,3 +83,30 @@ class ProgressView:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def shown_rows(title: str, quiet: bool, jobs: int | None, cluster: str | None) -> Callable[..., list[Any]]:
+    """`fabriclab.compare.compare` with the command's jobs and cluster, its progress shown under `title`, and
+    SIGTERM ending it as Ctrl-C does (its Ray tasks are cancelled and a local Ray instance it started shut down:
+    `fabriclab.sweep.Session`). Called with compare's own arguments."""
+    from fabriclab import compare as cmp
+
+    def run(*args: Any, **kwargs: Any) -> list[Any]:
+        with ProgressView(title, quiet=quiet) as view:
+            def shown(p: Any) -> None:
+                view.items(p.rows_done, p.rows)
+                view.running({r.label: (r.bytes_share, r.describe()) for r in p.running})
+
+            main = threading.current_thread() is threading.main_thread()
+            previous = signal.signal(signal.SIGTERM, interrupted) if main else None
+            try:
+                return cmp.compare(*args, **kwargs, jobs=jobs, cluster=cluster, progress=shown)
+            finally:
+                if main:
+                    signal.signal(signal.SIGTERM, previous)
+
+    return run

@@ -34,7 +34,9 @@ from typing import Any
 
 import numpy as np
 
-from fabriclab.compare import SEED, SEED_BETTER, SIZE_TOLERANCE, TIE_TOLERANCE, Row, Series, builder_of, is_llm
+from fabriclab.rows import Row, Series, builder_of
+from fabriclab.study.verdicts import SEED, pair, reproduces
+from fabriclab.study.spec import WorkloadSpec
 
 #: the fragmented point's placement: half of a cluster twice the job's size taken by other jobs, seeded
 FRAGMENTED = "fragmented:0.5:0"
@@ -110,16 +112,10 @@ class PointResult:
         return self.pyramid.step_mean_us / self.dual_plane.step_mean_us
 
 
-def _pair(rows: Sequence[Row], variant: str, gpus: int) -> tuple[Row | None, Row | None]:
-    pyr = next((r for r in rows if r.variant == variant and r.gpus == gpus and family(r.topology) == "pyramid"), None)
-    dual = next((r for r in rows if r.variant == variant and r.gpus == gpus and family(r.topology) == "dual_plane"), None)
-    return pyr, dual
-
-
 def results(base_rows: Sequence[Row], sweep_rows: Sequence[Row], gpus: int, llm: bool) -> list[PointResult]:
     """Per point (the base first): its pyramid and dual-plane rows at `gpus`, a family it left alone
     taken from the base, and the dual-plane / pyramid ratio of each vendor figure."""
-    bp, bd = _pair(base_rows, "", gpus)
+    bp, bd = pair(base_rows, "", gpus)
     if bp is None or bd is None:
         return []
     def scaled(row: Row) -> Row:  # efficiency against the family's base row at the smallest size
@@ -129,7 +125,7 @@ def results(base_rows: Sequence[Row], sweep_rows: Sequence[Row], gpus: int, llm:
 
     out = [PointResult("base", "the base rows", bp, bd, ("pyramid", "dual_plane"))]
     for p in points(llm):
-        sp, sd = _pair(sweep_rows, p.name, gpus)
+        sp, sd = pair(sweep_rows, p.name, gpus)
         ran = tuple(f for f, row in (("pyramid", sp), ("dual_plane", sd)) if row is not None)
         if ran:
             out.append(PointResult(p.name, p.condition, scaled(sp) if sp else bp, scaled(sd) if sd else bd, ran))
@@ -139,16 +135,6 @@ def results(base_rows: Sequence[Row], sweep_rows: Sequence[Row], gpus: int, llm:
 def _ratio(r: PointResult, metric: str) -> float:
     p, d = float(getattr(r.pyramid, metric)), float(getattr(r.dual_plane, metric))
     return d / p if p else math.inf
-
-
-def reproduces(metric: str, ratio: float) -> bool:
-    """Our dual-plane / pyramid ratio of `metric` gives the vendor's direction and size (within
-    SIZE_TOLERANCE of the vendor's ratio)."""
-    seed_p, seed_d = SEED[metric]
-    seed_ratio = seed_d / seed_p
-    better = ratio > 1 if SEED_BETTER[metric] == "higher" else ratio < 1
-    return better and not math.isclose(ratio, 1.0, rel_tol=TIE_TOLERANCE) and \
-        seed_ratio / SIZE_TOLERANCE <= ratio <= seed_ratio * SIZE_TOLERANCE
 
 
 def verdicts(res: Sequence[PointResult], p99: dict[str, Any] | None = None, single_size: bool = False
@@ -216,13 +202,14 @@ def p99_over_mean(cv: float, ranks: int, compute_share: float, *, common: bool =
     multiplier per step for every rank (a slowdown of the whole job) in place of one per GPU."""
     if cv <= 0:
         return 1.0, 1.0
+    from traffic.llm.stragglers import lognormal_multipliers  # the generator's own draw
+
     rng = np.random.default_rng(seed)
-    sigma2 = math.log1p(cv * cv)
     draws = 1 if common else ranks
     worst = np.empty(steps)
     for lo in range(0, steps, 256):  # in blocks: 4000 x 16384 draws at once would be 0.5 GB
         n = min(256, steps - lo)
-        worst[lo:lo + n] = rng.lognormal(-sigma2 / 2, math.sqrt(sigma2), size=(n, draws)).max(axis=1)
+        worst[lo:lo + n] = lognormal_multipliers(rng, cv, (n, draws)).max(axis=1)
     step = (1 - compute_share) + compute_share * worst
     return float(np.percentile(step, 99) / step.mean()), float(step.mean())
 
@@ -321,7 +308,7 @@ def _dp_group(row: Row) -> str:
 
 def analyse(base_rows: Sequence[Row], sweep_rows: Sequence[Row], gpus: int, trace: str) -> dict[str, Any]:
     """Everything the sensitivity section reports, as JSON."""
-    llm = is_llm(trace)
+    llm = WorkloadSpec.parse(trace).llm
     res = results(base_rows, sweep_rows, gpus, llm)
     strag = straggler_needs(res[0].pyramid) if res else None
     return {"gpus": gpus, "points": [{"point": r.point, "condition": r.condition, "ran": list(r.ran),

@@ -29,7 +29,7 @@ log() { printf '[setup] %s\n' "$*"; }
 # 1. Debian/Ubuntu packages ---------------------------------------------------------------------
 packages=(openvswitch-switch mininet iperf3 iputils-ping fping ethtool tcpdump iproute2 procps
           python3 python3-venv python3-pip)
-[ "$want_test" -eq 1 ] && packages+=(vagrant)
+[ "$want_test" -eq 1 ] && packages+=(vagrant chromium)  # chromium: tests/test_compare_page.py loads compare.html
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

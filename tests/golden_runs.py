@@ -20,12 +20,15 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 #: fields that hold wall-clock times (the policy's decision time too) or paths of the moment; the rest must be equal
 WALL_FIELDS = frozenset({"started_wall", "duration_s", "sim_wall_s", "wall_s", "cached", "trace", "source",
                          "decision_us"})
+#: the resolved run specification each result and row carries (issue 40): a description of the run, checked by
+#: tests/test_spec.py; the golden files guard the figures
+DESCRIPTIVE_FIELDS = frozenset({"spec"})
 
 
 def strip(doc: Any) -> Any:
     """`doc` without wall-clock fields, at any depth."""
     if isinstance(doc, dict):
-        return {k: strip(v) for k, v in doc.items() if k not in WALL_FIELDS}
+        return {k: strip(v) for k, v in doc.items() if k not in WALL_FIELDS | DESCRIPTIVE_FIELDS}
     if isinstance(doc, (list, tuple)):
         return [strip(v) for v in doc]
     return doc

@@ -10,6 +10,8 @@ import pytest
 from fabric import topofile
 from fabric.errors import TopologyError
 from fabriclab import compare as cmp
+from fabriclab import rows as rows_mod
+from fabriclab.study import verdicts
 from fabriclab.cli import main
 from tests.test_replay import coll, workload
 from traffic.replay import ReplayOptions
@@ -33,7 +35,7 @@ def test_a_row_from_a_run_follows_the_definitions():
     n, size, gap_us = 16, 1_600_000, 100.0
     res = simulated(workload([coll(size=size, n=n)], n=n, timed=False, steps=3), "t", DP16, "adaptive",
                           ReplayOptions(compute_gap_us=gap_us))
-    row = cmp.row_from_result(res, "dual-plane-16", "dual-plane-16", "adaptive", n)
+    row = rows_mod.row_from_result(res, "dual-plane-16", "dual-plane-16", "adaptive", n)
     comm_us = 2 * (n - 1) * (size / n) * 8 / 400e9 * 1e6  # the ring bound at 400 G per host
     assert row.steps == 3
     assert row.step_mean_us == pytest.approx(gap_us + comm_us, rel=1e-9)
@@ -71,7 +73,7 @@ def row(topology, routing, gpus, step_mean_us, **kw):
 
 
 def test_scaling_efficiency_is_against_the_series_smallest_size():
-    rows = cmp.with_efficiency([row("a", "ecmp", 256, 150.0), row("a", "ecmp", 128, 100.0),
+    rows = rows_mod.with_efficiency([row("a", "ecmp", 256, 150.0), row("a", "ecmp", 128, 100.0),
                                 row("b", "adaptive", 512, 120.0), row("b", "adaptive", 256, 110.0)])
     assert [r.efficiency for r in rows] == pytest.approx([100 / 150, 1.0, 110 / 120, 1.0])
 
@@ -83,7 +85,7 @@ def test_seed_figures_are_judged_by_direction_and_ratio():
     # communication share equal
     dual = row("dual-plane-1024", "adaptive", 1024, 2.5e6, step_p99_us=5.0e6, utilisation=0.92, comm_share=0.32,
                efficiency=0.87)
-    got = {s["metric"]: s for s in cmp.seed_check([pyr, dual])}
+    got = {s["metric"]: s for s in verdicts.seed_check([pyr, dual])}
     assert got["utilisation"]["size_reproduced"] and got["efficiency"]["size_reproduced"]
     # 2.5 / 2.8 = 0.89 against the seed's 1.9 / 2.8 = 0.68: further than 1.25x apart
     assert got["step_mean_us"]["direction_reproduced"] and not got["step_mean_us"]["size_reproduced"]
@@ -95,18 +97,18 @@ def test_steps_within_the_tie_band_are_a_tie_and_beyond_it_a_direction():
     # 9.018 / 8.999 s: 0.21% apart, inside the 1% the simulator resolves: no verdict either way
     pyr = row("pyramid-1024", "ecmp", 1024, 9.018e6, comm_share=0.19, hottest_by_tier={"tor->agg": 0.69})
     dual = row("dual-plane-1024", "adaptive", 1024, 8.999e6, comm_share=0.165)
-    got = {s["metric"]: s for s in cmp.seed_check([pyr, dual])}
+    got = {s["metric"]: s for s in verdicts.seed_check([pyr, dual])}
     assert not got["step_mean_us"]["direction_reproduced"] and "+0.21%" in got["step_mean_us"]["differs"]
     # a comm share 15% lower (0.165 / 0.19) is a direction, not a tie
     assert got["comm_share"]["direction_reproduced"]
     # 9.2 / 8.999: 2.2% apart, beyond the band: the dual-plane is faster, by less than the seed says
-    got = {s["metric"]: s for s in cmp.seed_check([row("pyramid-1024", "ecmp", 1024, 9.2e6), dual])}
+    got = {s["metric"]: s for s in verdicts.seed_check([row("pyramid-1024", "ecmp", 1024, 9.2e6), dual])}
     assert got["step_mean_us"]["direction_reproduced"] and not got["step_mean_us"]["size_reproduced"]
 
 
 def test_compare_cli_runs_caches_and_reproduces(tmp_path: Path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
-    base = ["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
+    base = ["compare", "builtin", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
             "--routing", "adaptive", "--out", str(out), "--cache", str(cache), "--jobs", "2", "--json"]
     assert main([*base, "--sizes", "8", "16"]) == 0
     first = json.loads(capsys.readouterr().out)
@@ -116,7 +118,7 @@ def test_compare_cli_runs_caches_and_reproduces(tmp_path: Path, capsys):
         assert r["efficiency"] == pytest.approx(
             next(b for b in first["rows"] if b["topology"] == r["topology"] and b["gpus"] == 8)["step_mean_us"]
             / r["step_mean_us"])
-    assert {s["metric"] for s in first["seed"]} == set(cmp.SEED)
+    assert {s["metric"] for s in first["seed"]} == set(verdicts.SEED)
     assert (out / "compare.csv").read_text().count("\n") == 5 and (out / "compare.txt").is_file()
     # one size changed: only it is computed; the rest come from the cache, equal
     assert main([*base, "--sizes", "16", "4"]) == 0
@@ -133,16 +135,14 @@ def test_compare_cli_runs_caches_and_reproduces(tmp_path: Path, capsys):
 
 def test_lockstep_runs_above_the_flat_ring_size_and_agrees_with_the_exact_dag_below_it(tmp_path: Path, capsys,
                                                                                         monkeypatch):
-    # auto: lockstep (and the hierarchical all-reduce) only above FLAT_RING_MAX, here lowered to 8
-    monkeypatch.setattr(cmp, "FLAT_RING_MAX", 8)
-    base = ["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
+    # auto: lockstep (and the hierarchical all-reduce) only above --hierarchical-above, here lowered to 8
+    base = ["compare", "builtin", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
             "--routing", "adaptive", "--out", str(tmp_path / "o"), "--no-cache", "--jobs", "2", "--json"]
-    assert main([*base, "--sizes", "8", "16"]) == 0
+    assert main([*base, "--sizes", "8", "16", "--hierarchical-above", "8"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["gpus"], r["algorithm"], r["lockstep"]) for r in rows] == [
         (8, "ring", False), (16, "hierarchical", True)] * 2
     # at one size, exact and lockstep: the same step times within 2% (the ring's slowest hop sets both)
-    monkeypatch.setattr(cmp, "FLAT_RING_MAX", 1024)
     exact, lock = [], []
     for mode, into in (("off", exact), ("on", lock)):
         assert main([*base, "--sizes", "16", "--lockstep", mode]) == 0
@@ -164,7 +164,7 @@ def test_lockstep_runs_above_the_flat_ring_size_and_agrees_with_the_exact_dag_be
     (["--forwarding", "cut-through", "--lockstep", "on"], "cut-through forwarding and lockstep exclude each other"),
 ])
 def test_compare_bad_input_exits_2_named(tmp_path: Path, capsys, args, match):
-    assert main(["compare", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "c"), *args]) == 2
+    assert main(["compare", "builtin", "--out", str(tmp_path / "o"), "--cache", str(tmp_path / "c"), *args]) == 2
     err = capsys.readouterr().err
     assert "fabriclab: error:" in err and match in err
     assert not (tmp_path / "o").exists()

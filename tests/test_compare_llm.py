@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from fabriclab import compare as cmp
 from fabriclab.cli import main
+from fabriclab.study.spec import SpecError, WorkloadSpec
 from traffic import metrics
 from traffic.llm import load_config
 
@@ -20,15 +20,14 @@ SMALL = "gpt3-175b,model.layers=8,parallel.pp=2,global_batch=64"  # TP8 PP2: 16 
     (128, 2, 2 * 96), (256, 4, 4 * 96), (1024, 16, 1536),
 ])
 def test_an_llm_spec_is_weak_scaled_to_each_size(gpus, dp, batch):
-    spec = cmp.llm_spec_at("llm:gpt3-175b", gpus)
-    cfg = load_config(spec[len("llm:"):])
+    cfg = load_config(WorkloadSpec.model("gpt3-175b").at(gpus).llm_spec)
     assert (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp, cfg.global_batch) == (8, 8, dp, batch)
     assert cfg.micro_batches == 96  # the replica's pipeline is the same at every size
 
 
 def test_a_size_that_is_not_whole_replicas_is_refused_naming_the_cell():
-    with pytest.raises(cmp.CompareError, match=r"96 is not a multiple of TP x CP x PP = 8 x 1 x 8 = 64"):
-        cmp.llm_spec_at("llm:gpt3-175b", 96)
+    with pytest.raises(SpecError, match=r"96 is not a multiple of TP x CP x PP = 8 x 1 x 8 = 64"):
+        WorkloadSpec.model("gpt3-175b").at(96)
 
 
 def test_exposed_communication_is_split_evenly_where_groups_overlap():
@@ -77,7 +76,7 @@ def test_compare_model_rows_and_their_causes(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--model", "gpt3-175b", "--sizes", "96"], "is not a multiple of TP x CP x PP"),
     (["--model", "no-such-model"], "unknown preset"),
-    (["--stragglers"], "stragglers are a generated LLM step's"),
+    (["builtin", "--stragglers"], "stragglers are a generated LLM step's"),
     (["some-trace.json", "--model", "gpt3-175b"], "give a TRACE or --model, not both"),
 ])
 def test_compare_model_refuses_bad_input(tmp_path, capsys, argv, message):

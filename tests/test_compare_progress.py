@@ -16,7 +16,7 @@ from fabriclab.cli import main
 from fabriclab.progress import ProgressView
 from tests.ray_cluster import descendants, wait_until
 
-BASE = ["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
+BASE = ["compare", "builtin", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
         "--routing", "adaptive", "--sizes", "8", "16", "--jobs", "1"]
 
 
@@ -85,7 +85,7 @@ class Exploding(RoutingPolicy):
 def test_a_rows_error_is_reported_failed_and_the_others_finish(tmp_path: Path, capsys):
     out = tmp_path / "o"
     before = set(descendants(os.getpid()))
-    assert main(["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
+    assert main(["compare", "builtin", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
                  "--routing", "tests.test_compare_progress:Exploding", "--sizes", "8", "16", "--jobs", "2",
                  "--out", str(out), "--no-cache"]) == 1
     doc = json.loads((out / "compare.json").read_text())
@@ -103,7 +103,7 @@ def test_a_rows_error_is_reported_failed_and_the_others_finish(tmp_path: Path, c
 
 @pytest.mark.parametrize("model", ["exact", "lockstep", "sampled"])
 def test_the_all_to_all_model_is_a_compare_option_and_part_of_the_rows_key(tmp_path: Path, capsys, model):
-    args = ["compare", "--topology", "pyramid-16", "--routing", "ecmp", "--sizes", "16", "--out",
+    args = ["compare", "builtin", "--topology", "pyramid-16", "--routing", "ecmp", "--sizes", "16", "--out",
             str(tmp_path / "o"), "--cache", str(tmp_path / "c"), "--json", "--all-to-all", model]
     assert main(args) == 0
     assert json.loads(capsys.readouterr().out)["meta"]["all_to_all"] == model

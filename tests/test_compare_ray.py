@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from fabriclab import compare as cmp
+from fabriclab.rows import with_efficiency
 from fabriclab.cli import main
 from fabriclab.sweep import CLIENT_INIT_ATTEMPTS as SWEEP_ATTEMPTS, SweepError
 from tests.ray_cluster import DRIVER_ENV, RayCluster, alive, descendants, wait_until
@@ -44,7 +45,7 @@ def reference() -> dict[str, str]:
     """Every row the tests run, computed in this process one after another (no Ray), with its series' scaling
     efficiency: row label -> `same`."""
     tasks, _ = cmp.plan_rows(TRACE, [*BASE, STALLS], SIZES)
-    rows = cmp.with_efficiency([cmp.Row(**cmp.run_row(t)) for t in tasks])
+    rows = with_efficiency([cmp.Row(**cmp.run_row(t)) for t in tasks])
     return {t["row"]: same(r) for t, r in zip(tasks, rows)}
 
 

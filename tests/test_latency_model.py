@@ -77,10 +77,10 @@ def test_a_1_mib_ring_over_1024_ranks_is_latency_bound_by_default():
 
 def test_the_resolution_is_exact_for_traces_and_coarse_for_generated_llm_steps_unless_given():
     from fabriclab.cli import build_parser
-    from fabriclab.commands import _sim_options
+    from fabriclab.commands import _sim_model
 
     def res_us(argv, llm):
-        return _sim_options(build_parser().parse_args(argv), llm=llm).resolution_s * 1e6
+        return _sim_model(build_parser().parse_args(argv)).options(llm).resolution_s * 1e6
 
     for command in ("sim", "compare"):
         assert res_us([command], llm=False) == pytest.approx(0.001)  # 1 ns: exact to the model
@@ -91,12 +91,12 @@ def test_the_resolution_is_exact_for_traces_and_coarse_for_generated_llm_steps_u
 
 def test_sim_and_compare_default_to_the_stated_latency_and_say_so(tmp_path):
     from fabriclab.cli import build_parser, main
-    from fabriclab.commands import _sim_options
+    from fabriclab.commands import _sim_model
 
     for command in ("sim", "compare"):
-        opts = _sim_options(build_parser().parse_args([command]))
+        opts = _sim_model(build_parser().parse_args([command])).options(False)
         assert (opts.per_transfer_s, opts.per_hop_s) == (A_S, H_S)
-    zero = _sim_options(build_parser().parse_args(["sim", "--per-transfer-us", "0", "--per-hop-us", "0"]))
+    zero = _sim_model(build_parser().parse_args(["sim", "--per-transfer-us", "0", "--per-hop-us", "0"])).options(False)
     assert (zero.per_transfer_s, zero.per_hop_s) == (0.0, 0.0)
     out = tmp_path / "sim"
     assert main(["sim", "builtin", "--topology", "dual-plane-16", "--out", str(out), "--json"]) == 0

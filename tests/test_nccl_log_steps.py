@@ -281,6 +281,6 @@ def test_step_ops_refused_for_a_trace_with_its_own_steps(tmp_path: Path, capsys:
     # the built-in Kineto recording (replay, sim and compare default to it): its steps are its ProfilerSteps
     assert main(["sim", "--step-ops", "4", "--out", str(tmp_path / "o")]) == 2
     assert "apply to NCCL logs only" in capsys.readouterr().err
-    assert main(["compare", "--step-ops", "4", "--sizes", "8", "--topology", "pyramid-16", "--routing", "ecmp",
+    assert main(["compare", "builtin", "--step-ops", "4", "--sizes", "8", "--topology", "pyramid-16", "--routing", "ecmp",
                  "--no-cache", "--jobs", "1", "--out", str(tmp_path / "c")]) == 2
     assert "--step-ops" in capsys.readouterr().err

@@ -15,7 +15,7 @@ from fabric.analysis import oversubscription
 from fabric.parts import bill, cost, prices_from
 from fabriclab import plan_report, planner
 from fabriclab.cli import main
-from fabriclab.commands import MAIN_TRACE
+from fabriclab.study.main_job import MAIN_TRACE
 
 
 def _designs(doc):

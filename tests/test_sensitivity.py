@@ -14,8 +14,9 @@ from fabric import topofile
 from fabric.errors import TopologyError
 from fabriclab import sensitivity as sens
 from fabriclab.cli import main
-from fabriclab.commands import MAIN_TRACE
-from fabriclab.compare import SEED, Row
+from fabriclab.study.main_job import MAIN_TRACE
+from fabriclab.rows import Row
+from fabriclab.study.verdicts import SEED
 
 
 def _uplink_gbps(fab, tor: str) -> float:

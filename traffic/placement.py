@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from networkx.utils import UnionFind
 
 from fabric.model import Fabric
 from fabric.transfers import Placement, TransferError
@@ -122,21 +123,12 @@ def server_pods(fabric: Fabric) -> tuple[tuple[int, ...], ...]:
     hold fewer rails than a server has GPUs, e.g. pyramid-16-rail) joins those pods into one: no job of
     whole servers can be split between them."""
     pod = host_pods(fabric)
-    parent = list(range(max(pod.values(), default=-1) + 1))
-
-    def root(p: int) -> int:
-        while parent[p] != p:
-            parent[p] = parent[parent[p]]
-            p = parent[p]
-        return p
-
+    joined = UnionFind(pod.values())
     for s in range(fabric.servers):
-        first, *others = (pod[h] for h in fabric.server_hosts(s))
-        for p in others:
-            parent[root(p)] = root(first)
+        joined.union(*(pod[h] for h in fabric.server_hosts(s)))
     out: dict[int, list[int]] = {}
     for s in range(fabric.servers):
-        out.setdefault(root(pod[fabric.server_hosts(s)[0]]), []).append(s)
+        out.setdefault(joined[pod[fabric.server_hosts(s)[0]]], []).append(s)
     return tuple(tuple(servers) for servers in out.values())
 
 

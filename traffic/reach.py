@@ -23,6 +23,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from networkx.utils import UnionFind
+
 from fabric.model import ROLE_TIER, Fabric
 from fabric.transfers import Placement
 from traffic.workload import Workload
@@ -65,23 +67,17 @@ def group_reach(workload: Workload, fabric: Fabric, placement: Placement) -> lis
 def host_pods(fabric: Fabric) -> dict[str, int]:
     """Host name -> its pod (module docstring), pods numbered 0, 1, ... in order of their lowest host."""
     leaf_of, up = _edges_and_uplinks(fabric)
-    parent = {leaf: leaf for leaf in leaf_of.values()}
-
-    def root(leaf: str) -> str:
-        while parent[leaf] != leaf:
-            parent[leaf] = parent[parent[leaf]]
-            leaf = parent[leaf]
-        return leaf
-
+    edges = dict.fromkeys(leaf_of.values())  # the edge switches, in order of their first host
+    pods = UnionFind(edges)
     below: dict[str, str] = {}  # upper switch -> the first edge switch seen under it
-    for leaf in parent:
+    for leaf in edges:
         for a in fabric.adjacency[leaf]:
-            if a.peer in parent:  # edge to edge (a mesh plane)
-                parent[root(a.peer)] = root(leaf)
+            if a.peer in edges:  # edge to edge (a mesh plane)
+                pods.union(a.peer, leaf)
         for sw in sorted(up[leaf]):
-            parent[root(below.setdefault(sw, leaf))] = root(leaf)
+            pods.union(below.setdefault(sw, leaf), leaf)
     number: dict[str, int] = {}
-    return {h.name: number.setdefault(root(leaf_of[h.name]), len(number)) for h in fabric.hosts}
+    return {h.name: number.setdefault(pods[leaf_of[h.name]], len(number)) for h in fabric.hosts}
 
 
 def _edges_and_uplinks(fabric: Fabric) -> tuple[dict[str, str], dict[str, frozenset[str]]]:

@@ -47,6 +47,9 @@ class RunMeta:
     # a generated training step's compute model (`traffic.workload.TrainingInfo` as a dict: model FLOPs per
     # step, the GPU's peak, the GPU count, ...): what MFU is computed from; None for recorded traces
     training: dict[str, Any] | None = None
+    # the resolved run specification (`fabriclab.study.spec.Resolved.doc`): every choice the run made; None where
+    # the run was not built from one (a replay, a library call)
+    spec: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

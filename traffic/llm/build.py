@@ -1,7 +1,7 @@
 """An LLM config -> its generated `Workload` (`build_workload`) and the summary the CLI prints (`describe`)."""
 from __future__ import annotations
 
-from traffic.llm import model, rules, schedule
+from traffic.llm import model, program, rules, schedule
 from traffic.llm.config import LLMConfig
 from traffic.llm.schema import Stragglers
 from traffic.workload import TraceError, TrainingInfo, Workload
@@ -16,7 +16,7 @@ def training_info(cfg: LLMConfig) -> TrainingInfo:
         world_size=cfg.world_size, model_flops_per_step=model.model_flops_per_step(cfg),
         tokens_per_step=cfg.global_batch * cfg.model.seq_len,
         compute_model=(f"compute = layer FLOPs / (tp x cp) / ({c.gpu} peak x {c.kernel_efficiency:g}), recompute "
-                       f"{c.recompute}; optimizer memory-bound ({schedule.ADAM_BYTES_PER_PARAM} bytes/param at HBM "
+                       f"{c.recompute}; optimizer memory-bound ({program.ADAM_BYTES_PER_PARAM} bytes/param at HBM "
                        "bandwidth); collectives nominal size x busbw factor / link rate, no latency"))
 
 
@@ -40,7 +40,7 @@ def measured_efficiency(cfg: LLMConfig, recorded: Workload) -> tuple[float, str]
                                    "steps": 1})
     ranks, _ = schedule.rank_traces(plain)
     modelled = next(r for r in ranks if r.rank == c.profile_rank).steps[0].compute_us
-    optimizer = schedule.optimizer_us(plain, plain.grid.coords(c.profile_rank)["pp"])
+    optimizer = program.optimizer_us(plain, plain.grid.coords(c.profile_rank)["pp"])
     kernels_at_peak = (modelled - optimizer) * c.kernel_efficiency  # what the kernels take at 100% of peak
     eff = kernels_at_peak / max(measured - optimizer, 1e-9)
     if not 0 < eff <= 1:
@@ -120,7 +120,7 @@ def describe(cfg: LLMConfig, wl: Workload | None = None) -> str:
     assert info is not None
     step_us = max(s.duration_us or 0.0 for r in wl.ranks for s in r.steps[:1])
     timed = cfg.model_copy(update={"compute": cfg.compute.model_copy(update={"kernel_efficiency": info.kernel_efficiency})})
-    prog = [schedule.stage_program(timed, s) for s in range(par.pp)]  # at the efficiency the build used (measured?)
+    prog = [program.stage_program(timed, s) for s in range(par.pp)]  # at the efficiency the build used (measured?)
     m = cfg.micro_batches
     moe = "" if mdl.moe is None else f", MoE {mdl.moe.experts} experts top-{mdl.moe.top_k}"
     lines = [

@@ -1,6 +1,7 @@
 """The HTML pages of a report: `report.html` (`_report_html`) and `comparison.html` (`_comparison_html`), each
 one self-contained page: the plots inlined as data URIs, no external CSS, JS or links. Every text cell is
-escaped here.
+escaped here. The page parts (`html_page`, `html_table`, `png_img`) are also the pages' drawn above this
+package (`fabriclab.render`'s compare.html), so every page looks alike.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ img { max-width: 100%; }
 _e = html.escape
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1) -> str:
+def html_table(header: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1) -> str:
     """An HTML table of text cells (escaped here); the first `left` columns left-aligned."""
     def cells(tag: str, row: Sequence[str]) -> str:
         return "".join(f"<{tag}{' class=l' if i < left else ''}>{_e(v)}</{tag}>" for i, v in enumerate(row))
@@ -44,11 +45,13 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1) 
     return f"<table><tr>{cells('th', header)}</tr>{body}</table>"
 
 
-def _img(png: bytes, alt: str) -> str:
+def png_img(png: bytes, alt: str) -> str:
+    """An <img> of the PNG inlined as a base64 data URI (no file, no link)."""
     return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
 
 
-def _page(title: str, body: str) -> str:
+def html_page(title: str, body: str) -> str:
+    """A whole self-contained page: the title, this module's CSS inlined, `body` (HTML) as it is."""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
 
@@ -116,12 +119,14 @@ def _steps_table(s: RunSummary) -> str:
     p = s.step_time_us
     if p is None:
         return "<p>No steps recorded.</p>"
-    times = _table(["step time (slowest rank)", "n", "mean", "p50", "p99", "p999", "max"],
-                   [["real time", f"{p.n} steps", format_us(p.mean), format_us(p.p50), format_us(p.p99), format_us(p.p999),
-                     format_us(p.max)]])
-    shares = _table(["share of step time", "mean of steps", "pooled (sums)"],
-                    [["utilisation (compute)", format_share(s.utilisation_mean), format_share(s.utilisation_pooled)],
-                     ["communication share (exposed)", format_share(s.comm_share_mean), format_share(s.comm_share_pooled)]])
+    times = html_table(["step time (slowest rank)", "n", "mean", "p50", "p99", "p999", "max"],
+                       [["real time", f"{p.n} steps", format_us(p.mean), format_us(p.p50), format_us(p.p99),
+                         format_us(p.p999), format_us(p.max)]])
+    shares = html_table(["share of step time", "mean of steps", "pooled (sums)"],
+                        [["utilisation (compute)", format_share(s.utilisation_mean),
+                          format_share(s.utilisation_pooled)],
+                         ["communication share (exposed)", format_share(s.comm_share_mean),
+                          format_share(s.comm_share_pooled)]])
     residual = _e(format_us(s.identity_max_residual_us))
     return f"{times}{shares}<p>Largest |step &minus; (compute + exposed + idle)| over all step rows: {residual}.</p>"
 
@@ -129,11 +134,12 @@ def _steps_table(s: RunSummary) -> str:
 def _kinds_table(s: RunSummary) -> str:
     if not s.kinds:
         return "<p>No collectives recorded.</p>"
-    return _table(["kind", "count", "bytes (real)", "latency p50", "p99", "p999", "samples", "mean algbw", "mean busbw",
-                   "busbw, largest size class"],
-                  [[k.kind, str(k.count), format_bytes(k.total_bytes), format_us(k.latency_us.p50),
-                    format_us(k.latency_us.p99), format_us(k.latency_us.p999), str(k.latency_us.n),
-                    format_bps(k.mean_algbw_bps), format_bps(k.mean_busbw_bps), _largest_class_text(k)] for k in s.kinds])
+    return html_table(["kind", "count", "bytes (real)", "latency p50", "p99", "p999", "samples", "mean algbw",
+                       "mean busbw", "busbw, largest size class"],
+                      [[k.kind, str(k.count), format_bytes(k.total_bytes), format_us(k.latency_us.p50),
+                        format_us(k.latency_us.p99), format_us(k.latency_us.p999), str(k.latency_us.n),
+                        format_bps(k.mean_algbw_bps), format_bps(k.mean_busbw_bps), _largest_class_text(k)]
+                       for k in s.kinds])
 
 
 def _links_table(s: RunSummary, stats: Sequence[LinkStats]) -> str:
@@ -142,9 +148,10 @@ def _links_table(s: RunSummary, stats: Sequence[LinkStats]) -> str:
     if not stats:
         return "<p>No link utilisation recorded.</p>"
     top = sorted(stats, key=lambda x: (-(x.active_util if x.active_util is not None else -1.0), x.name))[:LINKS_SHOWN]
-    table = _table(["link", "tier", "plane", "bytes (emulated)", "mean util", "max util", "util while collectives ran"],
-                   [[x.name, x.tier, x.plane, format_bytes(x.bytes), format_share(x.mean_util), format_share(x.max_util),
-                     format_share(x.active_util)] for x in top], left=3)
+    table = html_table(["link", "tier", "plane", "bytes (emulated)", "mean util", "max util",
+                        "util while collectives ran"],
+                       [[x.name, x.tier, x.plane, format_bytes(x.bytes), format_share(x.mean_util),
+                         format_share(x.max_util), format_share(x.active_util)] for x in top], left=3)
     return f"{hot}{table}<p>The {len(top)} hottest of {len(stats)} links (by utilisation while collectives ran); " \
            "all are in links.csv.</p>"
 
@@ -155,7 +162,7 @@ def _busiest_table(fid: Fidelity) -> str:
     def num(d: dict[str, Any], key: str) -> float | None:
         v = d.get(key)
         return float(v) if isinstance(v, (int, float)) else None
-    return "<h3>Delivered vs bound on the busiest links</h3>" + _table(
+    return "<h3>Delivered vs bound on the busiest links</h3>" + html_table(
         ["link", "delivered (emulated)", "bound (emulated)", "delivered / bound"],
         [[str(d.get("link", NA)), format_bps(num(d, "delivered_bps")), format_bps(num(d, "bound_bps")),
           format_share(num(d, "ratio"))] for d in fid.busiest_links])
@@ -166,8 +173,8 @@ def _dicts_table(title: str, items: Sequence[dict[str, Any]], dilation: float) -
     if not items:
         return ""
     keys = list(dict.fromkeys(k for d in items for k in d))
-    return f"<h2>{_e(title)}</h2>" + _table(keys, [[_fmt_keyed(k, d[k], dilation) if k in d else "" for k in keys]
-                                                    for d in items], left=len(keys))
+    return f"<h2>{_e(title)}</h2>" + html_table(keys, [[_fmt_keyed(k, d[k], dilation) if k in d else "" for k in keys]
+                                                        for d in items], left=len(keys))
 
 
 def _report_html(result: RunResult, s: RunSummary, stats: Sequence[LinkStats], plots: dict[str, bytes]) -> str:
@@ -175,15 +182,15 @@ def _report_html(result: RunResult, s: RunSummary, stats: Sequence[LinkStats], p
     body = "".join([
         f"<h1>{_e(meta.workload)} on {_e(s.label)}</h1>",
         "<h2>Fidelity</h2>", _fidelity_banner(result.fidelity, s.checks, meta), _busiest_table(result.fidelity),
-        "<h2>Run</h2>", _table(["parameter", "value"], _meta_rows(meta)),
+        "<h2>Run</h2>", html_table(["parameter", "value"], _meta_rows(meta)),
         f"<p>{_e(_dilation_sentence(meta))}</p><p>{_e(_compute_sentence(meta))}</p>",
-        "<h2>Steps</h2>", _steps_table(s), _img(plots["step_times.png"], "step times"),
-        "<h2>Collectives</h2>", _kinds_table(s), _img(plots["collective_latency_cdf.png"], "collective latency CDF"),
-        "<h2>Links</h2>", _links_table(s, stats), _img(plots["link_utilisation.png"], "link utilisation"),
+        "<h2>Steps</h2>", _steps_table(s), png_img(plots["step_times.png"], "step times"),
+        "<h2>Collectives</h2>", _kinds_table(s), png_img(plots["collective_latency_cdf.png"], "collective latency CDF"),
+        "<h2>Links</h2>", _links_table(s, stats), png_img(plots["link_utilisation.png"], "link utilisation"),
         _dicts_table("Faults injected", result.faults, meta.dilation),
         _dicts_table("Controller events", result.events, meta.dilation),
     ])
-    return _page(f"fabriclab report: {meta.workload} on {s.label}", body)
+    return html_page(f"fabriclab report: {meta.workload} on {s.label}", body)
 
 
 def _with_note(value: str, note: str) -> str:
@@ -207,11 +214,11 @@ def _time_sentences(a: RunMeta, b: RunMeta) -> str:
 def _comparison_html(a: RunResult, b: RunResult, c: Comparison, plots_a: dict[str, bytes],
                      plots_b: dict[str, bytes]) -> str:
     pairs_of_rows = zip(_meta_rows(a.meta, notes=False), _meta_rows(b.meta, notes=False))
-    runs = _table(["parameter", f"a: {c.a.label}", f"b: {c.b.label}"],
-                  [[k, va, vb] for (k, va), (_, vb) in pairs_of_rows], left=3)
+    runs = html_table(["parameter", f"a: {c.a.label}", f"b: {c.b.label}"],
+                      [[k, va, vb] for (k, va), (_, vb) in pairs_of_rows], left=3)
     warnings = "".join(f"<li>{_e(w)}</li>" for w in c.warnings)
-    pairs = "".join(f'<h3>{_e(title)}</h3><div class="pair">{_img(plots_a[name], "a: " + title)}'
-                    f'{_img(plots_b[name], "b: " + title)}</div>'
+    pairs = "".join(f'<h3>{_e(title)}</h3><div class="pair">{png_img(plots_a[name], "a: " + title)}'
+                    f'{png_img(plots_b[name], "b: " + title)}</div>'
                     for name, title in (("step_times.png", "step time"),
                                         ("collective_latency_cdf.png", "collective latency CDF"),
                                         ("link_utilisation.png", "link utilisation")))
@@ -220,9 +227,9 @@ def _comparison_html(a: RunResult, b: RunResult, c: Comparison, plots_a: dict[st
         f'<div class="banner warn"><ul>{warnings}</ul></div>' if warnings else "",
         '<h2>Fidelity</h2><div class="pair">', f"<div><h3>a</h3>{_fidelity_banner(a.fidelity, c.a.checks)}</div>",
         f"<div><h3>b</h3>{_fidelity_banner(b.fidelity, c.b.checks)}</div></div>",
-        "<h2>Side by side</h2>", _table(["metric", "a", "b", "b / a"], _comparison_rows(c)),
+        "<h2>Side by side</h2>", html_table(["metric", "a", "b", "b / a"], _comparison_rows(c)),
         "<p>b / a below 1 means b is lower: faster for times, slower for bandwidths.</p>",
         "<h2>Runs</h2>", runs, _time_sentences(a.meta, b.meta),
         "<h2>Plots</h2>", pairs,
     ])
-    return _page(f"fabriclab comparison: {c.a.label} vs {c.b.label}", body)
+    return html_page(f"fabriclab comparison: {c.a.label} vs {c.b.label}", body)

@@ -2,7 +2,10 @@
 collective latency CDF per kind, and the link utilisation heat map; `_run_plots` draws a run's three.
 
 Plots are drawn on `matplotlib.figure.Figure` objects rendered by the Agg canvas: no pyplot, no global
-backend switch, no display; matplotlib is imported only when plotting.
+backend switch, no display; matplotlib is imported only when plotting. The public helpers (`new_figure`,
+`figure_png`, `agg_renderer`, `no_data`, `time_unit`, `COLOURS`) are every picture's, the run reports' and those drawn
+above this package (`fabriclab.render`'s comparison, `fabriclab.plan_report`'s plan), so all share one
+size convention, dpi and PNG metadata.
 """
 from __future__ import annotations
 
@@ -18,13 +21,17 @@ from traffic.results import CollectiveResult, LinkSeries, RunResult, StepResult
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.backends.backend_agg import RendererAgg
     from matplotlib.figure import Figure
 
-_DPI = 100
-_COLOURS = {"compute": "#4c72b0", "exposed": "#dd8452", "idle": "#c7c7c7"}
+#: every PNG's resolution (dots per inch): a figure of w x h inches is 100 w x 100 h pixels
+DPI = 100
+#: the colours of a step's parts, the same in every picture
+COLOURS = {"compute": "#4c72b0", "exposed": "#dd8452", "idle": "#c7c7c7"}
 
 
-def _new_figure(width_in: float, height_in: float) -> Figure:
+def new_figure(width_in: float, height_in: float) -> Figure:
+    """An empty figure of that size (inches), constrained layout; `figure_png` renders it."""
     try:
         import matplotlib.figure as mfigure
     except ImportError as e:
@@ -32,20 +39,28 @@ def _new_figure(width_in: float, height_in: float) -> Figure:
     return mfigure.Figure(figsize=(width_in, height_in), layout="constrained")
 
 
-def _png(fig: Figure) -> bytes:
+def figure_png(fig: Figure) -> bytes:
     """The figure as PNG bytes (Agg), without the software tag: the page must hold no links."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=_DPI, metadata={"Software": None})
+    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
     return buf.getvalue()
 
 
-def _no_data(ax: Axes, title: str, message: str) -> None:
+def agg_renderer(fig: Figure) -> RendererAgg:
+    """The figure's Agg renderer (an Agg canvas attached), to measure text before `figure_png` renders."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    return FigureCanvasAgg(fig).get_renderer()
+
+
+def no_data(ax: Axes, title: str, message: str) -> None:
+    """The axes replaced by a titled message (nothing to draw)."""
     ax.set_title(title)
     ax.text(0.5, 0.5, message, ha="center", va="center", transform=ax.transAxes)
     ax.set_axis_off()
 
 
-def _time_unit(max_us: float) -> tuple[float, str]:
+def time_unit(max_us: float) -> tuple[float, str]:
     """(divisor, unit) for an axis of real times up to max_us."""
     return next(((f, u) for f, u in TIME_UNITS if max_us >= f), TIME_UNITS[-1])
 
@@ -61,20 +76,20 @@ def _positive_range(values: Iterable[float]) -> tuple[float, float] | None:
 
 def _plot_step_times(rows: Sequence[StepResult], title: str, top_us: float | None = None) -> bytes:
     """Stacked bars per (step, repeat): compute, exposed communication, idle; the trace's own step time."""
-    fig = _new_figure(8.0, 3.8)
+    fig = new_figure(8.0, 3.8)
     ax = fig.add_subplot()
     if not rows:
-        _no_data(ax, title, "no steps recorded")
-        return _png(fig)
+        no_data(ax, title, "no steps recorded")
+        return figure_png(fig)
     top = top_us or max(_step_top_us(r) for r in rows)
-    scale, unit = _time_unit(top)
+    scale, unit = time_unit(top)
     x = list(range(len(rows)))
     compute = [r.compute_us / scale for r in rows]
     exposed = [r.exposed_comm_us / scale for r in rows]
     idle = [r.idle_us / scale for r in rows]
-    ax.bar(x, compute, color=_COLOURS["compute"], label="compute")
-    ax.bar(x, exposed, bottom=compute, color=_COLOURS["exposed"], label="exposed communication")
-    ax.bar(x, idle, bottom=[c + e for c, e in zip(compute, exposed)], color=_COLOURS["idle"], label="idle")
+    ax.bar(x, compute, color=COLOURS["compute"], label="compute")
+    ax.bar(x, exposed, bottom=compute, color=COLOURS["exposed"], label="exposed communication")
+    ax.bar(x, idle, bottom=[c + e for c, e in zip(compute, exposed)], color=COLOURS["idle"], label="idle")
     recorded = [(i, r.recorded_step_us / scale) for i, r in enumerate(rows) if r.recorded_step_us is not None]
     if recorded:
         ax.scatter([i for i, _ in recorded], [v for _, v in recorded], marker="_", s=300, color="black",
@@ -86,19 +101,19 @@ def _plot_step_times(rows: Sequence[StepResult], title: str, top_us: float | Non
     ax.set_ylabel(f"real time ({unit})")
     ax.set_title(title)
     ax.legend(fontsize="small", loc="upper right", ncols=2)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _plot_latency_cdf(colls: Sequence[CollectiveResult], title: str,
                       x_range_us: tuple[float, float] | None = None) -> bytes:
     """The empirical CDF of duration_real_us per collective kind, log x."""
-    fig = _new_figure(8.0, 3.8)
+    fig = new_figure(8.0, 3.8)
     ax = fig.add_subplot()
     curves = {k: sorted(c.duration_real_us for c in cs if c.duration_real_us > 0) for k, cs in _by_kind(colls).items()}
     curves = {k: xs for k, xs in curves.items() if xs}
     if not curves:
-        _no_data(ax, title, "no collective with a positive duration")
-        return _png(fig)
+        no_data(ax, title, "no collective with a positive duration")
+        return figure_png(fig)
     for kind, xs in curves.items():
         ys = [(i + 1) / len(xs) for i in range(len(xs))]
         ax.step([xs[0], *xs], [0.0, *ys], where="post", label=f"{kind} (n = {len(xs)})")
@@ -111,7 +126,7 @@ def _plot_latency_cdf(colls: Sequence[CollectiveResult], title: str,
     ax.grid(True, which="both", alpha=0.3)
     ax.set_title(title)
     ax.legend(fontsize="small", loc="lower right")
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _link_group(link: LinkSeries) -> str:
@@ -127,11 +142,11 @@ def _plot_link_utilisation(result: RunResult, title: str) -> bytes:
     as dashed red lines."""
     links = sorted(result.links, key=_link_order)
     samples = max((len(link.util) for link in links), default=0)
-    fig = _new_figure(9.0, min(max(2.8, 0.16 * len(links) + 1.8), 16.0))
+    fig = new_figure(9.0, min(max(2.8, 0.16 * len(links) + 1.8), 16.0))
     ax = fig.add_subplot()
     if samples == 0:
-        _no_data(ax, title, "no link utilisation recorded")
-        return _png(fig)
+        no_data(ax, title, "no link utilisation recorded")
+        return figure_png(fig)
     dilation = result.meta.dilation if result.meta.dilation > 0 else 1.0
     ms_per_emu_s = 1e3 / dilation
     width_ms = samples * result.link_interval_s * ms_per_emu_s
@@ -148,7 +163,7 @@ def _plot_link_utilisation(result: RunResult, title: str) -> bytes:
         ax.legend(fontsize="small", loc="upper right")
     ax.set_xlabel(f"real time since the first collective (ms) = emulated s / dilation {dilation:g}")
     ax.set_title(title)
-    return _png(fig)
+    return figure_png(fig)
 
 
 def _label_link_groups(ax: Axes, links: Sequence[LinkSeries]) -> None:

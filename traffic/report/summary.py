@@ -159,6 +159,34 @@ def slowest_steps(steps: Sequence[StepResult]) -> tuple[StepResult, ...]:
     return tuple(chosen)
 
 
+def mean_shares(rows: Sequence[StepResult]) -> dict[str, Any]:
+    """The steps' shares, each averaged over `rows` (the job's steps, `slowest_steps`): utilisation (compute / step),
+    communication share (exposed communication / step), idle share, and the exposed communication per stream
+    (process group) as a share of the step; the one definition `summarize` and compare's rows use."""
+    n = len(rows)
+    exposed: dict[str, list[float]] = {}
+    for r in rows:
+        for k, v in r.exposed_by_stream_us.items():
+            exposed.setdefault(k, []).append(v / r.step_us)
+    return {"utilisation": _mean([r.utilisation for r in rows]), "comm_share": _mean([r.comm_share for r in rows]),
+            "idle_share": _mean([r.idle_us / r.step_us for r in rows]),
+            "exposed_by_stream": {k: math.fsum(v) / n for k, v in exposed.items()}}
+
+
+def pooled_busbw_bps(collectives: Sequence[CollectiveResult]) -> tuple[float, dict[str, float]]:
+    """busbw pooled over the collectives that move data (sum of bytes x 8 x the nccl-tests factor over the sum of
+    their durations), over all of them and per stream (process group)."""
+    moving = [c for c in collectives if c.size_bytes > 0 and c.kind != "barrier"]
+    bits: dict[str, float] = {}
+    secs: dict[str, float] = {}
+    for c in moving:
+        bits[c.stream] = bits.get(c.stream, 0.0) + c.size_bytes * 8 * busbw_factor(c.kind, c.group_size)
+        secs[c.stream] = secs.get(c.stream, 0.0) + c.duration_real_us / 1e6
+    total_bits = sum(c.size_bytes * 8 * busbw_factor(c.kind, c.group_size) for c in moving)
+    total_s = sum(c.duration_real_us for c in moving) / 1e6
+    return (total_bits / total_s if total_s > 0 else 0.0, {k: bits[k] / secs[k] for k in bits if secs[k] > 0})
+
+
 def _mean(values: Sequence[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
@@ -295,14 +323,15 @@ def summarize(result: RunResult) -> RunSummary:
     step_sum = math.fsum(r.step_us for r in rows)
     residual, identity = _identity_checks(result.steps)
     stats = link_stats(result)
+    shares = mean_shares(rows)
     return RunSummary(
         label=f"{meta.topology} / {meta.routing}", workload=meta.workload, trace=meta.trace, backend=meta.backend,
         topology=meta.topology, routing=meta.routing, ranks=meta.ranks, compute=meta.compute,
         dilation=meta.dilation, mbps_per_gbps=meta.mbps_per_gbps, bytes_scale=meta.bytes_scale,
         step_time_us=percentiles([r.step_us for r in rows]) if rows else None,
-        utilisation_mean=_mean([r.utilisation for r in rows]),
+        utilisation_mean=shares["utilisation"],
         utilisation_pooled=_ratio(math.fsum(r.compute_us for r in rows), step_sum),
-        comm_share_mean=_mean([r.comm_share for r in rows]),
+        comm_share_mean=shares["comm_share"],
         comm_share_pooled=_ratio(math.fsum(r.exposed_comm_us for r in rows), step_sum),
         identity_max_residual_us=residual, collectives=len(result.collectives),
         kinds=tuple(_kind_summary(k, cs) for k, cs in _by_kind(result.collectives).items()),
