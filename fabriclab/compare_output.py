@@ -48,16 +48,18 @@ def latency_note(spec: dict[str, Any]) -> str:
 
 
 def _models(rows: Sequence[Row]) -> list[str]:
-    """The resolved runs behind the rows: one line per distinct model (what varies by size, e.g. lockstep)."""
+    """The resolved runs behind the rows: one line per distinct model, with the sizes that ran it."""
     from fabriclab.study.spec import format_spec
 
-    out: list[str] = []
+    sizes: dict[str, list[int]] = {}
+    docs: dict[str, dict[str, Any]] = {}
     for r in rows:
-        doc = {k: v for k, v in r.spec.items() if k not in ("workload", "topology", "routing", "ranks")}
-        text = format_spec(doc, f"model at {r.gpus} GPUs:")
-        if r.spec and text not in out:
-            out.append(text)
-    return out
+        if r.spec:
+            doc = {k: v for k, v in r.spec.items() if k not in ("workload", "topology", "routing", "ranks", "gpus")}
+            key = json.dumps(doc, sort_keys=True, default=str)
+            docs[key] = doc
+            sizes.setdefault(key, []).append(r.gpus)
+    return [format_spec(docs[k], f"model at {', '.join(map(str, sorted(set(n))))} GPUs:") for k, n in sizes.items()]
 
 
 def format_table(rows: Sequence[Row], seed: Sequence[dict[str, Any]] = ()) -> str:

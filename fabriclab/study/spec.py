@@ -205,8 +205,8 @@ class Resolved:
     all_to_all_exact_max_ranks: int
     # the choices of the issues to come, at today's behaviour: the algorithm as asked (not NCCL's tuning model),
     # one ring over a group's GPUs (no channel per NIC), no PXN, the exact event-driven model
-    nccl_algorithm: str = "as asked (NCCL's tuning model is not applied)"
-    channels_per_nic: str = "one ring over the group"
+    nccl_algorithm: str = "as asked"  # NCCL's tuning model is not applied yet
+    channels_per_nic: str = "one ring per group"  # not one channel per NIC yet
     pxn: str = "off"
     sim_model: str = "exact"
     why: tuple[str, ...] = ()  # how each auto choice came out

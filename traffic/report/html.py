@@ -72,6 +72,8 @@ def _meta_rows(meta: RunMeta, notes: bool = True) -> list[tuple[str, str]]:
             ("bytes scale", f"{meta.bytes_scale:g} (emulated bytes / real bytes)"), ("compute", meta.compute),
             ("repeats x steps", f"{meta.repeat} x {meta.steps_recorded} steps"),
             ("started", _started(meta)), ("wall time", f"{meta.duration_s:.1f} s"),
+            *((("resolved run", ", ".join(f"{k} {v}" for k, v in meta.spec.items() if k != "why")),
+               *(("auto choice", w) for w in meta.spec.get("why", ()))) if meta.spec else ()),
             *(("note", n) for n in (meta.notes if notes else ()))]
 
 
