@@ -15,6 +15,8 @@ m = 8 / (2 x 2) = 2 micro-batches; Megatron-Core order rank = tp_i + 2 (dp_i + 2
   tied output embedding 32,000 (82,496 x 4 = 329,984 bytes).
 - The tied embedding: one all-reduce of V h / 2 fp32 gradients = 128,000 bytes over the first and last
   stage.
+The generated step has what AICB's generator leaves out besides (the input embedding's, output layer's and loss's
+TP all-reduces), worked out in the test.
 """
 from __future__ import annotations
 
@@ -88,8 +90,14 @@ def test_an_aicb_file_reads_into_the_workload_of_the_equivalent_config(tmp_path)
         stage = rank // 4
         hand = {("tp", "all_reduce", 2, 4 * 2 * M, 4 * 2 * M * ACT), ("pp", "send_recv", 2, 2 * M, 2 * M * ACT),
                 ("dp", "all_reduce", 2, 1, GRADS[stage]), ("emb", "all_reduce", 2, 1, EMB)}
-        assert per_group(generated, rank) == hand, rank
         assert per_group(from_csv, rank) == hand, rank
+        # AICB's generator leaves out what Megatron-Core issues around the layers; the generator does not: on
+        # stage 0 the input embedding's forward all-reduce (ACT), on stage 1 the output layer's input-grad
+        # all-reduce (ACT) and the loss's three fp32 all-reduces of one value per token (b s 4 = 256 bytes), per
+        # micro-batch
+        extra = (M, M * ACT) if stage == 0 else (M + 3 * M, M * ACT + 3 * M * 2 * 32 * 4)
+        tp = ("tp", "all_reduce", 2, 4 * 2 * M + extra[0], 4 * 2 * M * ACT + extra[1])
+        assert per_group(generated, rank) == hand - {("tp", "all_reduce", 2, 4 * 2 * M, 4 * 2 * M * ACT)} | {tp}
         assert groups_of(from_csv, rank) == groups_of(generated, rank), rank
     # rank 5 = (tp_i 1, dp_i 0, pp_i 1): tp (4, 5), dp (5, 7), its pipeline and tied embedding (1, 5)
     assert groups_of(generated, 5) == {"tp": {(4, 5)}, "dp": {(5, 7)}, "pp": {(1, 5)}, "emb": {(1, 5)}}

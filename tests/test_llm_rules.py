@@ -136,16 +136,20 @@ def test_default_bucket_size_is_megatron_cores():
     assert rules.default_bucket_params(tiny(bucket_params=123)) == 123
 
 
-def test_buckets_close_once_full_in_backward_order_and_the_last_is_smaller():
-    buckets = rules.dp_buckets(tiny(bucket_params=10000), 1)
-    # backward order: embedding copy 32000 (>= 10000, closes); final norm 128 + fc2 bias 64 + fc2 8192 + fc1 bias
-    # 128 + fc1 8192 = 16704; layer 3's rest (norm 128, proj bias 64, proj 2048, qkv bias 96, qkv 6144, norm 128
-    # = 8608) + layer 2's fc2 bias 64 + fc2 8192 = 16864; fc1 bias 128 + fc1 8192 + norm 128 + proj bias 64 +
-    # proj 2048 = 10560; what is left: qkv bias 96 + qkv 6144 + norm 128 = 6368
+def test_buckets_close_once_full_in_backward_order_on_the_first_stage_only():
+    buckets = rules.dp_buckets(tiny(bucket_params=10000), 0)
+    # stage 0 (pp rank 0, its only chunk): backward order: layer 1's fc2 bias 64 + fc2 8192 + fc1 bias 128 + fc1
+    # 8192 = 16576 (>= 10000, closes); layer 1's rest (norm 128, proj bias 64, proj 2048, qkv bias 96, qkv 6144,
+    # norm 128 = 8608) + layer 0's fc2 bias 64 + fc2 8192 = 16864; fc1 bias 128 + fc1 8192 + norm 128 + proj bias
+    # 64 + proj 2048 = 10560; qkv bias 96 + qkv 6144 + norm 128 + positions 2048 + word embedding 32000 = 40416
     assert [(b.params, b.first_layer, b.last_layer) for b in buckets] == [
-        (32000, 4, 4), (16704, 3, 4), (16864, 2, 3), (10560, 2, 2), (6368, 2, 2)]
-    assert sum(b.params for b in buckets) == 2 * LAYER + FINAL_NORM + EMB
+        (16576, 1, 1), (16864, 0, 1), (10560, 0, 0), (40416, -1, 0)]
+    assert sum(b.params for b in buckets) == 2 * LAYER + POS + EMB
     assert all(b.size_bytes == b.params * 4 for b in buckets)
+    # stage 1 (pp rank 1): Megatron-Core turns bucketing off (`DistributedDataParallel`: pp_rank > 0), so the whole
+    # buffer is one bucket, reduced once the stage's last backward ends: 2 layers + final norm + embedding copy
+    (whole,) = rules.dp_buckets(tiny(bucket_params=10000), 1)
+    assert (whole.params, whole.first_layer, whole.last_layer) == (2 * LAYER + FINAL_NORM + EMB, 2, 4)
 
 
 def test_without_model_parallelism_the_buckets_hold_every_parameter_once():
@@ -160,12 +164,14 @@ def test_without_model_parallelism_the_buckets_hold_every_parameter_once():
 
 def test_zero1_reduce_scatters_the_buckets_and_all_gathers_bf16_params_in_forward_order():
     cfg = tiny(bucket_params=10000, zero=1)
-    buckets = rules.dp_buckets(cfg, 1)
+    buckets = rules.dp_buckets(cfg, 0)
     assert {b.kind for b in buckets} == {"reduce_scatter"}
-    assert [b.params for b in buckets] == [32000, 16704, 16864, 10560, 6368]
-    gathers = rules.param_gathers(cfg, 1)
+    assert [b.params for b in buckets] == [16576, 16864, 10560, 40416]  # as in the test above
+    gathers = rules.param_gathers(cfg, 0)
     assert [(g.kind, g.axis, g.size_bytes, g.dtype) for g in gathers] == [
-        ("all_gather", "dp", n * 2, "bfloat16") for n in (6368, 10560, 16864, 16704, 32000)]
+        ("all_gather", "dp", n * 2, "bfloat16") for n in (40416, 10560, 16864, 16576)]
+    # the distributed optimizer's reduce-scatter follows the same buckets: one on pp rank 1
+    assert [b.kind for b in rules.dp_buckets(cfg, 1)] == ["reduce_scatter"]
     assert rules.param_gathers(tiny(), 1) == []
 
 

@@ -114,6 +114,19 @@ def _fwd_flops_per_token(cfg: LLMConfig, layer: int) -> float:
     return f
 
 
+def recomputed(cfg: LLMConfig, layer: int) -> bool:
+    """Whether full recompute runs `layer`'s forward again in its backward (collectives included): every layer
+    under `recompute_method` "uniform", the first `recompute_num_layers` of each stage's model chunk under "block"
+    (Megatron-Core `TransformerBlock._checkpointed_forward`); never without full recompute."""
+    c = cfg.compute
+    if c.recompute != "full":
+        return False
+    if c.recompute_method == "uniform":
+        return True
+    per_chunk = cfg.model.layers // (cfg.parallel.pp * cfg.parallel.virtual_stages)
+    return layer % per_chunk < c.recompute_num_layers
+
+
 def layer_flops(cfg: LLMConfig, layer: int, tokens: int, pass_: Pass) -> float:
     """FLOPs of one whole layer (all TP ranks) over `tokens` tokens; "bwd" includes the recompute."""
     fwd = tokens * _fwd_flops_per_token(cfg, layer)
@@ -123,7 +136,7 @@ def layer_flops(cfg: LLMConfig, layer: int, tokens: int, pass_: Pass) -> float:
         raise TraceError(f"pass_ must be 'fwd' or 'bwd', got {pass_!r}")
     recompute = cfg.compute.recompute
     if recompute == "full":
-        return 3.0 * fwd
+        return 3.0 * fwd if recomputed(cfg, layer) else 2.0 * fwd
     if recompute == "selective":
         return 2.0 * fwd + tokens * _attention_core_flops_per_token(cfg)
     return 2.0 * fwd

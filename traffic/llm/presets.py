@@ -37,7 +37,7 @@ LLAMA3_405B = LLMConfig(
                 gated_ffn=True, tied_embeddings=False),
     parallel=Parallel(tp=8, cp=2, pp=2, dp=32, sequence_parallel=True, zero=2),
     micro_batch=1, global_batch=512,
-    compute=Compute(gpu="h100", recompute="full"),
+    compute=Compute(gpu="h100", recompute="full", recompute_method="uniform", recompute_num_layers=1),
 )
 
 MIXTRAL_8X22B = LLMConfig(

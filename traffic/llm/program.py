@@ -131,9 +131,13 @@ def _layer_comms(cfg: LLMConfig, layers: list[int], pass_: Pass, ep_rank: int | 
     after the layers and what they are for."""
     count: dict[tuple[str, str, int, str], int] = {}
     whats: dict[tuple[str, str, int, str], list[str]] = {}
+    def of(i: int, p: Pass) -> list[CommSpec]:
+        return rules.tp_comms(cfg, i, p) + rules.cp_comms(cfg, i, p) + rules.ep_comms(cfg, i, p, ep_rank)
+
     for i in layers:
-        for spec in (rules.tp_comms(cfg, i, pass_) + rules.cp_comms(cfg, i, pass_)
-                     + rules.ep_comms(cfg, i, pass_, ep_rank)):
+        # full recompute runs the layer's forward again, collectives included, before its backward
+        again = of(i, "fwd") if pass_ == "bwd" and model.recomputed(cfg, i) else []
+        for spec in again + of(i, pass_):
             key = (spec.axis, spec.kind, spec.size_bytes, spec.dtype)
             count[key] = count.get(key, 0) + spec.count
             if spec.what not in whats.setdefault(key, []):
@@ -168,6 +172,12 @@ class _ProgramBuilder:
         self.head_b = [us(model.head_flops(cfg, tokens, "bwd")) if h else 0.0 for h in on_head]
         self.comms = [{"fwd": _layer_comms(cfg, ls, "fwd", ep_rank), "bwd": _layer_comms(cfg, ls, "bwd", ep_rank)}
                       for ls in self.chunks]
+        if self.first:  # the input embedding's before chunk 0's layers (forward), after them (backward)
+            self.comms[0]["fwd"] = rules.embedding_comms(cfg, "fwd") + self.comms[0]["fwd"]
+            self.comms[0]["bwd"] = self.comms[0]["bwd"] + rules.embedding_comms(cfg, "bwd")
+        if self.last:  # the output layer's and the loss's after the last chunk's layers (forward), before (backward)
+            self.comms[-1]["fwd"] = self.comms[-1]["fwd"] + rules.head_comms(cfg, "fwd")
+            self.comms[-1]["bwd"] = rules.head_comms(cfg, "bwd") + self.comms[-1]["bwd"]
         self.p2p = rules.pp_p2p_bytes(cfg)
         self.buckets = [[b for b in rules.dp_buckets(cfg, stage) if self.chunk_of(b.first_layer) == c]
                         for c in range(v)]

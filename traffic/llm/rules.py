@@ -103,6 +103,47 @@ def tp_comms(cfg: LLMConfig, layer: int, pass_: Pass) -> list[CommSpec]:
     return attention + mlp if pass_ == "fwd" else mlp + attention
 
 
+def embedding_comms(cfg: LLMConfig, pass_: Pass) -> list[CommSpec]:
+    """The first stage's vocab-parallel input embedding, per micro-batch: its forward sums the TP ranks' partial
+    lookups (`VocabParallelEmbedding.forward`: an all-reduce, or a reduce-scatter into the sequence-parallel
+    region with SP, whose backward all-gathers the grads); [] with tp 1."""
+    _check_pass(pass_)
+    if cfg.parallel.tp == 1:
+        return []
+    act = _tokens(cfg) * cfg.model.hidden * cfg.dtype_bytes
+    if not cfg.parallel.sequence_parallel:
+        return [CommSpec("tp", "all_reduce", act, 1, cfg.dtype, "input embedding: partial lookups summed")] \
+            if pass_ == "fwd" else []
+    if pass_ == "fwd":
+        return [CommSpec("tp", "reduce_scatter", act, 1, cfg.dtype, "input embedding into the sequence-parallel region")]
+    return [CommSpec("tp", "all_gather", act, 1, cfg.dtype, "input embedding grads (the reduce-scatter's backward)")]
+
+
+#: the vocab-parallel cross entropy's all-reduces (`VocabParallelCrossEntropy.forward`): the logits' max, the target
+#: logits and the sum of exponentials, one fp32 value per token each
+LOSS_ALL_REDUCES = ("logits max", "target logits", "sum of exponentials")
+
+
+def head_comms(cfg: LLMConfig, pass_: Pass) -> list[CommSpec]:
+    """The last stage's output layer (a column-parallel linear over the vocabulary) and vocab-parallel loss, per
+    micro-batch, in issue order; [] with tp 1. Forward: with SP the input is all-gathered; the loss all-reduces
+    three fp32 values per token. Backward: the input grad is all-reduced (the f operator's backward), or with SP
+    the input is all-gathered again for the weight grad and the input grad reduce-scattered."""
+    _check_pass(pass_)
+    if cfg.parallel.tp == 1:
+        return []
+    act = _tokens(cfg) * cfg.model.hidden * cfg.dtype_bytes
+    sp, d = cfg.parallel.sequence_parallel, cfg.dtype
+    if pass_ == "fwd":
+        gather = [CommSpec("tp", "all_gather", act, 1, d, "output layer input (sequence parallel)")] if sp else []
+        return gather + [CommSpec("tp", "all_reduce", _tokens(cfg) * 4, 1, "float32", f"loss: {what}")
+                         for what in LOSS_ALL_REDUCES]
+    if not sp:
+        return [CommSpec("tp", "all_reduce", act, 1, d, "output layer input grad (f)")]
+    return [CommSpec("tp", "all_gather", act, 1, d, "output layer input again, for the weight grads"),
+            CommSpec("tp", "reduce_scatter", act, 1, d, "output layer input grad (sequence parallel)")]
+
+
 # ---- context parallelism -----------------------------------------------------------------------------------
 
 def cp_comms(cfg: LLMConfig, layer: int, pass_: Pass) -> list[CommSpec]:
@@ -271,9 +312,13 @@ def dp_buckets(cfg: LLMConfig, stage: int) -> list[Bucket]:
         raise TraceError(f"stage {stage} is not one of the {p.pp} pipeline stages")
     kind = "all_reduce" if p.zero == 0 else "reduce_scatter"
     dtype = p.grad_reduce_dtype
-    limit = default_bucket_params(cfg)
     out: list[tuple[tuple[int, int, int], Bucket]] = []
     for chunk in range(p.virtual_stages):
+        # Megatron-Core buckets only the first pipeline stage's first model chunk: on pp_rank > 0
+        # (`DistributedDataParallel.__init__`: "bucket_size = None ... if disable_bucketing or pp_rank > 0") and
+        # for model chunks after the first (`get_model`: disable_bucketing = model_chunk_idx > 0) each buffer is
+        # one bucket, reduced once its chunk's last backward ends
+        limit = default_bucket_params(cfg) if stage == 0 and chunk == 0 else None
         tensors = _stage_tensors(cfg, stage, chunk)
         for expert, axis in ((False, "dp"), (True, "edp")):
             mine = [t for t in tensors if t[2] == expert]

@@ -104,6 +104,12 @@ class Compute(_Record):
     # kernels' share of peak while they run (docs/workloads.md: "compute model" says why 0.5)
     kernel_efficiency: float = Field(default=0.5, gt=0, le=1)
     recompute: Literal["none", "selective", "full"] = "none"
+    # full recompute as Megatron-Core's --recompute-method / --recompute-num-layers: "uniform" checkpoints every
+    # layer (in groups of recompute_num_layers; each layer's forward runs once more in backward), "block" only the
+    # first recompute_num_layers layers of each pipeline stage's model chunk (`transformer_block.py`,
+    # `_checkpointed_forward`)
+    recompute_method: Literal["uniform", "block"] = "uniform"
+    recompute_num_layers: int = Field(default=1, ge=1)
     # a measured trace of this job (any format `traffic.traces.load` reads: Kineto, Chakra, an AICB log with
     # computation rows): the kernel efficiency is then measured from it, not assumed (docs/workloads.md)
     profile: str | None = None

@@ -1,0 +1,131 @@
+"""Megatron-Core's rules for what a step issues (issue 41), each on and off, on small jobs whose calls are counted
+by hand here: gradient buckets only on the first stage's first chunk; full recompute re-running the forward's
+collectives (uniform and block); the input embedding's, output layer's and loss's TP collectives.
+
+The job: GPT style, 4 layers, h 64, ffn 256, 4 heads, vocabulary 1000, sequence 32, micro-batch 2, global batch 8,
+TP2 PP2 DP2, so m = 8 / (2 x 2) = 2 micro-batches and 2 layers a stage. One micro-batch's activation is
+b s h 2 = 2 x 32 x 64 x 2 = 8,192 bytes; the loss's all-reduces carry one fp32 value per token, b s 4 = 256 bytes.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from traffic.llm import model, program, rules
+from traffic.llm.config import parse_config
+
+ACT, LOSS, M, LAYERS_PER_STAGE = 2 * 32 * 64 * 2, 2 * 32 * 4, 2, 2
+BASE = {"name": "tiny", "micro_batch": 2, "global_batch": 8,
+        "model": {"layers": 4, "hidden": 64, "ffn_hidden": 256, "heads": 4, "kv_heads": 4, "vocab": 1000,
+                  "seq_len": 32, "gated_ffn": False, "tied_embeddings": True},
+        "parallel": {"tp": 2, "pp": 2, "dp": 2}}
+
+
+def job(parallel: dict | None = None, compute: dict | None = None, model_: dict | None = None, **top: object):
+    data = {**BASE, **top, "parallel": {**BASE["parallel"], **(parallel or {})},
+            "model": {**BASE["model"], **(model_ or {})}, "compute": {"gpu": "h100", **(compute or {})}}
+    return parse_config(data)
+
+
+def calls(cfg, stage: int, slot: str = "tp") -> Counter:
+    """(kind, bytes) -> calls a step of `stage` issues on `slot`."""
+    out: Counter = Counter()
+    for op in program.stage_program(cfg, stage).ops:
+        for c in getattr(op, "colls", ()):
+            if c.slot == slot:
+                out[(c.kind, c.size_bytes)] += c.count
+    return out
+
+
+# ---- full recompute and the layers around the layers, without sequence parallelism ------------------------------
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full"])
+def test_tp_all_reduces_per_step_without_sp(recompute: str) -> None:
+    cfg = job(compute={"recompute": recompute})
+    # per layer and micro-batch: 2 forward (attention and MLP outputs) and 2 backward (their input grads); full
+    # recompute runs the 2 forward ones again in backward: 6 (Megatron-Core's CheckpointFunction re-runs the
+    # layer's forward), selective only the attention core (no collective): 4
+    per_layer = 6 if recompute == "full" else 4
+    layers = per_layer * LAYERS_PER_STAGE * M
+    # stage 0: the vocab-parallel embedding's forward all-reduce per micro-batch (VocabParallelEmbedding.forward)
+    assert calls(cfg, 0) == Counter({("all_reduce", ACT): layers + M})
+    # stage 1: the output layer's input-grad all-reduce (the f operator's backward) and the vocab-parallel cross
+    # entropy's three fp32 all-reduces (max, target logits, sum of exponentials) per micro-batch
+    assert calls(cfg, 1) == Counter({("all_reduce", ACT): layers + M, ("all_reduce", LOSS): 3 * M})
+
+
+@pytest.mark.parametrize("recompute", ["selective", "full"])
+def test_tp_gathers_and_scatters_per_step_with_sp(recompute: str) -> None:
+    cfg = job(parallel={"sequence_parallel": True}, compute={"recompute": recompute})
+    # per layer and micro-batch, forward: an all-gather before and a reduce-scatter after each block (2 + 2);
+    # backward: per block the output grad's all-gather, the input all-gathered again for the weight grads and the
+    # input grad's reduce-scatter (4 + 2); full recompute adds the forward's 2 + 2 again: 8 all-gathers and 6
+    # reduce-scatters, selective 6 and 4
+    ag, rs = (8, 6) if recompute == "full" else (6, 4)
+    n = LAYERS_PER_STAGE * M
+    # stage 0: the embedding reduce-scatters into the sequence-parallel region (forward) and all-gathers its grads
+    assert calls(cfg, 0) == Counter({("all_gather", ACT): ag * n + M, ("reduce_scatter", ACT): rs * n + M})
+    # stage 1: the output layer all-gathers its input (forward), again for its weight grads, and reduce-scatters its
+    # input grad (backward); the loss's three all-reduces
+    assert calls(cfg, 1) == Counter({("all_gather", ACT): ag * n + 2 * M, ("reduce_scatter", ACT): rs * n + M,
+                                     ("all_reduce", LOSS): 3 * M})
+
+
+def test_block_recompute_re_runs_only_the_first_layers_of_each_stage() -> None:
+    # 4 layers a stage (8 layers, PP2), --recompute-method block --recompute-num-layers 1: layer 0 of stage 0 and
+    # layer 4 of stage 1 recompute; every other layer does not
+    cfg = job(model_={"layers": 8}, compute={"recompute": "full", "recompute_method": "block",
+                                             "recompute_num_layers": 1})
+    assert [i for i in range(8) if model.recomputed(cfg, i)] == [0, 4]
+    assert calls(cfg, 0)[("all_reduce", ACT)] == (4 * 4 + 2 * 1) * M + M
+    # its FLOPs too: 3 x forward for the recomputed layer, 2 x for the others
+    fwd = model.layer_flops(cfg, 1, 64, "fwd")
+    assert model.layer_flops(cfg, 0, 64, "bwd") == pytest.approx(3 * fwd)
+    assert model.layer_flops(cfg, 1, 64, "bwd") == pytest.approx(2 * fwd)
+    uniform = job(model_={"layers": 8}, compute={"recompute": "full"})
+    assert all(model.recomputed(uniform, i) for i in range(8))
+    assert calls(uniform, 0)[("all_reduce", ACT)] == 6 * 4 * M + M
+
+
+def test_full_recompute_re_runs_the_moe_layers_all_to_alls() -> None:
+    # 8 experts top-2, EP4 over DP8 (PP1, TP1), 4 layers of which layer 0 dense: 3 MoE layers, M = 16 / (2 x 8) = 1.
+    # all-to-all size: tokens b s = 64 x top-2 x h 64 x 2 bytes = 16,384; per MoE layer and micro-batch: dispatch
+    # and combine forward, their grads backward (4), and with full recompute dispatch and combine again (6)
+    moe = {"experts": 8, "top_k": 2, "expert_ffn_hidden": 128, "dense_layers": 1}
+    a2a = 2 * 32 * 2 * 64 * 2
+    for recompute, per_layer in (("selective", 4), ("full", 6)):
+        cfg = job(parallel={"tp": 1, "pp": 1, "dp": 8, "ep": 4}, compute={"recompute": recompute},
+                  model_={"gated_ffn": True, "tied_embeddings": False, "moe": moe}, global_batch=16)
+        assert calls(cfg, 0, "ep") == Counter({("all_to_all", a2a): per_layer * 3 * 1}), recompute
+
+
+# ---- gradient buckets -------------------------------------------------------------------------------------------
+
+def _dp_calls(cfg, stage: int) -> list[tuple[str, int]]:
+    return [(c.kind, c.size_bytes) for op in program.stage_program(cfg, stage).ops for c in getattr(op, "colls", ())
+            if c.slot in ("dp", "edp")]
+
+
+def test_buckets_on_the_first_stage_one_buffer_elsewhere() -> None:
+    # bucket_params 10,000 (the worked split in tests/test_llm_rules.py): stage 0 issues 4 fp32 all-reduces of
+    # 16,576, 16,864, 10,560 and 40,416 parameters; stage 1 (pp rank 1, no bucketing in Megatron-Core) one of its
+    # whole buffer: 2 layers of 25,184 + the final norm 128 + the tied embedding copy 32,000 = 82,496
+    cfg = job(parallel={"bucket_params": 10000})
+    assert _dp_calls(cfg, 0) == [("all_reduce", 4 * n) for n in (16576, 16864, 10560, 40416)]
+    assert _dp_calls(cfg, 1) == [("all_reduce", 4 * 82496)]
+    # the same bytes either way: the stage's gradients once
+    assert sum(b for _, b in _dp_calls(cfg, 1)) == sum(b.size_bytes for b in rules.dp_buckets(cfg, 1))
+
+
+def test_interleaved_chunks_after_the_first_are_one_buffer() -> None:
+    # 8 layers, PP2, 2 chunks: stage 0 holds chunk 0 = layers 0, 1 (+ the embedding), chunk 1 = layers 4, 5.
+    # Megatron-Core's get_model wraps chunks after the first with disable_bucketing: chunk 1 is one bucket of 2 x
+    # 25,184 = 50,368, ready first (its backward ends first); chunk 0 splits at 10,000 as before, layers 0, 1
+    cfg = job(model_={"layers": 8}, parallel={"bucket_params": 10000, "virtual_stages": 2}, global_batch=8)
+    buckets = rules.dp_buckets(cfg, 0)
+    assert [(b.params, b.first_layer, b.last_layer) for b in buckets] == [
+        (50368, 4, 5), (16576, 1, 1), (16864, 0, 1), (10560, 0, 0), (40416, -1, 0)]
+    # stage 1: chunk 0 (layers 2, 3) and chunk 1 (layers 6, 7 + final norm + embedding copy) one buffer each
+    assert [(b.params, b.first_layer, b.last_layer) for b in rules.dp_buckets(cfg, 1)] == [
+        (2 * 25184 + 128 + 32000, 6, 8), (2 * 25184, 2, 3)]
