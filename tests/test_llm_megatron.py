@@ -32,9 +32,10 @@ def calls(cfg, stage: int, slot: str = "tp") -> Counter:
     """(kind, bytes) -> calls a step of `stage` issues on `slot`."""
     out: Counter = Counter()
     for op in program.stage_program(cfg, stage).ops:
-        for c in getattr(op, "colls", ()):
-            if c.slot == slot:
-                out[(c.kind, c.size_bytes)] += c.count
+        if isinstance(op, (program.Block, program.Async)):  # where a collective is issued (a Join only waits)
+            for c in op.colls:
+                if c.slot == slot:
+                    out[(c.kind, c.size_bytes)] += c.count
     return out
 
 
@@ -103,8 +104,8 @@ def test_full_recompute_re_runs_the_moe_layers_all_to_alls() -> None:
 # ---- gradient buckets -------------------------------------------------------------------------------------------
 
 def _dp_calls(cfg, stage: int) -> list[tuple[str, int]]:
-    return [(c.kind, c.size_bytes) for op in program.stage_program(cfg, stage).ops for c in getattr(op, "colls", ())
-            if c.slot in ("dp", "edp")]
+    return [(c.kind, c.size_bytes) for op in program.stage_program(cfg, stage).ops
+            if isinstance(op, (program.Block, program.Async)) for c in op.colls if c.slot in ("dp", "edp")]
 
 
 def test_buckets_on_the_first_stage_one_buffer_elsewhere() -> None:
@@ -129,3 +130,59 @@ def test_interleaved_chunks_after_the_first_are_one_buffer() -> None:
     # stage 1: chunk 0 (layers 2, 3) and chunk 1 (layers 6, 7 + final norm + embedding copy) one buffer each
     assert [(b.params, b.first_layer, b.last_layer) for b in rules.dp_buckets(cfg, 1)] == [
         (2 * 25184 + 128 + 32000, 6, 8), (2 * 25184, 2, 3)]
+
+
+# ---- TP collectives under the backward GEMMs --------------------------------------------------------------------
+
+H100_PEAK, EFF = 989e12, 0.5
+
+
+def one_layer(nvlink_gbps: float, overlap: bool):
+    """1 layer, h 1024, ffn 4096, 16 heads, sequence 1024, micro-batch 1, vocabulary 32768; TP2 only, one step of
+    one micro-batch."""
+    return parse_config({"name": "one", "micro_batch": 1, "global_batch": 1, "nvlink_gbps": nvlink_gbps,
+                         "model": {"layers": 1, "hidden": 1024, "ffn_hidden": 4096, "heads": 16, "kv_heads": 16,
+                                   "vocab": 32768, "seq_len": 1024, "gated_ffn": False, "tied_embeddings": False},
+                         "parallel": {"tp": 2, "pp": 1, "dp": 1, "tp_comm_overlap_bwd": overlap},
+                         "compute": {"gpu": "h100", "kernel_efficiency": EFF}})
+
+
+def us(flops_per_rank: float) -> float:
+    return flops_per_rank / (H100_PEAK * EFF) * 1e6
+
+
+@pytest.mark.parametrize("nvlink_gbps", [3600.0, 1000.0])
+def test_a_column_parallel_linears_input_grad_all_reduce_runs_under_its_weight_grad_gemm(nvlink_gbps: float) -> None:
+    from traffic.llm import build_workload
+
+    t, h, ffn, vocab = 1024, 1024, 4096, 32768
+    # each TP rank's weight-grad GEMM of a column-parallel linear is its forward: QKV 2 t h 3h / 2, the MLP's first
+    # linear 2 t h ffn / 2, the output layer 2 t h vocab / 2 FLOPs
+    gemm = {"attention": us(2 * t * h * 3 * h / 2), "mlp": us(2 * t * h * ffn / 2), "output": us(2 * t * h * vocab / 2)}
+    assert gemm["attention"] == pytest.approx(6.514, abs=1e-3) and gemm["mlp"] == pytest.approx(8.685, abs=1e-3)
+    # each block's input-grad all-reduce: t h 2 bytes over 2 ranks (busbw factor 2 (2 - 1) / 2 = 1) at NVLink's rate
+    ar = t * h * 2 * 8 / (nvlink_gbps * 1e3)
+    # at 3,600 Gbit/s (4.66 us) every all-reduce is shorter than its GEMM: fully hidden; at 1,000 (16.78 us) the
+    # attention's and the MLP's are longer: each is exposed by its difference (10.26 and 8.09 us), the output
+    # layer's (69.5 us GEMM) still hidden
+    hidden = sum(min(ar, g) for g in gemm.values())
+    exposed = {k: max(0.0, ar - g) for k, g in gemm.items()}
+    if nvlink_gbps == 3600.0:
+        assert hidden == pytest.approx(3 * ar) and all(v == 0 for v in exposed.values())
+    else:
+        assert exposed["attention"] == pytest.approx(10.263, abs=1e-3) and exposed["mlp"] == pytest.approx(8.092, abs=1e-3)
+    step = {o: build_workload(one_layer(nvlink_gbps, o)).ranks[0].steps[0].duration_us for o in (False, True)}
+    # blocking, the step holds every all-reduce whole; overlapped, what each GEMM hides comes off it
+    assert step[False] - step[True] == pytest.approx(hidden, rel=1e-9)
+
+
+def test_sm_slowdown_stretches_the_gemm_under_an_overlapped_collective() -> None:
+    from traffic.llm import build_workload
+
+    cfg = one_layer(3600.0, True)
+    slow = cfg.model_copy(update={"compute": cfg.compute.model_copy(update={"overlap_sm_slowdown": 0.1})})
+    t, h, ffn, vocab = 1024, 1024, 4096, 32768
+    gemms = us(2 * t * h * 3 * h / 2) + us(2 * t * h * ffn / 2) + us(2 * t * h * vocab / 2)
+    # every all-reduce is hidden at 3,600 Gbit/s, so the step grows by 10% of the three GEMMs it ran under
+    d = [build_workload(c).ranks[0].steps[0].duration_us for c in (cfg, slow)]
+    assert d[1] - d[0] == pytest.approx(0.1 * gemms, rel=1e-9)

@@ -57,12 +57,13 @@ def test_collective_counts_per_stream_tp2_pp2_dp2():
         entries, counts = _per_stream(rt.steps[0])
         # pp: every micro-batch's activation and its gradient cross the one link of a 2-stage pipeline
         assert entries["pp"] == counts["pp"] == 2 * m
-        # tp, per micro-batch (no sequence parallelism: only all-reduces): one entry per pass standing for 2 layers
-        # x 2 all-reduces (attention and MLP outputs forward, their input gradients backward); and on stage 0 the
-        # input embedding's all-reduce before the forward's layers (its own entry: 2 + 1 entries, 4 + 1 + 4
+        # tp, per micro-batch (no sequence parallelism: only all-reduces): forward one entry standing for 2 layers x
+        # 2 all-reduces (attention and MLP outputs); backward one entry per block (attention, MLP: each runs under
+        # its own column-parallel linear's weight-grad GEMM) of 2 layers x 1 input-gradient all-reduce; on stage 0
+        # the input embedding's all-reduce before the forward's layers (its own entry: 1 + 1 + 2 entries, 1 + 4 + 4
         # calls); on stage 1 the loss's 3 fp32 all-reduces after the forward's layers and the output layer's input
-        # grad all-reduce before the backward's (1 + 3 + 1 + 1 entries, 4 + 3 + 1 + 4 calls)
-        assert (entries["tp"], counts["tp"]) == ((3 * m, 9 * m) if stage == 0 else (6 * m, 12 * m))
+        # grad all-reduce in backward (1 + 3 + 1 + 2 entries, 4 + 3 + 1 + 4 calls)
+        assert (entries["tp"], counts["tp"]) == ((4 * m, 9 * m) if stage == 0 else (7 * m, 12 * m))
         assert {c.kind for c in rt.steps[0].collectives if c.stream == "tp"} == {"all_reduce"}
         assert entries["dp"] == len(rules.dp_buckets(cfg, stage)) >= 1
         assert entries["emb"] == 1  # tied embeddings: first and last stage (both stages here)
@@ -188,10 +189,10 @@ def test_interleaved_runs_and_composes():
         # per micro-batch, activations: stage 0 chunk 0 -> stage 1 chunk 0 -> (wrap) stage 0 chunk 1 -> stage 1
         # chunk 1 (the loss), and the gradients back the same three hops; pp 2: all on one pair of ranks
         assert entries["pp"] == 4 * (3 + 3)
-        # per chunk, pass and micro-batch, and the first stage's embedding (1 a micro-batch) or the last stage's
-        # loss (3) and output layer (1)
+        # per chunk and micro-batch: forward 1 entry, backward 2 (attention, MLP); the first stage's embedding (1 a
+        # micro-batch) or the last stage's loss (3) and output layer (1)
         stage = cfg.grid.coords(rt.rank)["pp"]
-        assert entries["tp"] == 2 * 2 * 4 + (1 * 4 if stage == 0 else 4 * 4)
+        assert entries["tp"] == 2 * 3 * 4 + (1 * 4 if stage == 0 else 4 * 4)
         tl = metrics.compose_step(rt.steps[0])
         assert tl.end_us == pytest.approx(rt.steps[0].duration_us)
 

@@ -114,6 +114,31 @@ def _fwd_flops_per_token(cfg: LLMConfig, layer: int) -> float:
     return f
 
 
+#: the column-parallel linear of each TP block (`rules._tp_block`'s names): QKV, the MLP's first linear (gated: gate
+#: and up), the shared and the routed experts' first linears
+COLUMN_BLOCKS = ("attention", "mlp", "shared experts", "experts")
+
+
+def column_gemm_flops(cfg: LLMConfig, layer: int, tokens: int, block: str) -> float:
+    """One GEMM of `block`'s column-parallel linear in `layer` over `tokens` tokens, whole layer (all TP ranks): its
+    forward FLOPs. Its backward runs two GEMMs of this size, the input grad's (dgrad) and the weight grad's
+    (wgrad); the block's backward TP collectives run under them (`rules.CommSpec.hides`). 0 where the layer has
+    no such block."""
+    m = cfg.model
+    first = _mlp_matrices(cfg) - 1  # the first linear's matrices: up, or gate and up
+    if block == "attention":
+        return tokens * 2.0 * m.hidden * (m.hidden + 2 * m.kv_heads * m.head_dim)
+    if block == "mlp":
+        return 0.0 if m.is_moe_layer(layer) else tokens * 2.0 * first * m.hidden * m.ffn_hidden
+    if block not in COLUMN_BLOCKS:
+        raise TraceError(f"no column-parallel block {block!r} (one of {', '.join(COLUMN_BLOCKS)})")
+    if not m.is_moe_layer(layer):
+        return 0.0
+    assert m.moe is not None
+    per_expert = 2.0 * first * m.hidden * m.moe.expert_ffn_hidden
+    return tokens * per_expert * (m.moe.shared_experts if block == "shared experts" else m.moe.top_k)
+
+
 def recomputed(cfg: LLMConfig, layer: int) -> bool:
     """Whether full recompute runs `layer`'s forward again in its backward (collectives included): every layer
     under `recompute_method` "uniform", the first `recompute_num_layers` of each stage's model chunk under "block"

@@ -10,7 +10,9 @@ Every rank of a stage runs the same program over its own groups:
   (the last stage's chunk c feeds the first stage's chunk c + 1).
 - A forward of a micro-batch: receive the activation, compute the chunk's layers (plus the output layer
   on the last stage), the layers' tensor-, context- and expert-parallel collectives (one entry per kind
-  and size, `count` = layers x per-layer count; they block compute), send it on. A backward mirrors it.
+  and size, `count` = layers x per-layer count; they block compute), send it on. A backward mirrors it, except
+  that each column-parallel block's TP collectives run under its GEMMs (`backward_comms`: issued asynchronously,
+  the block's dgrad or wgrad GEMM, then a `Join`), as Megatron-Core's column-parallel linear backward does.
   Compute per GPU = whole-layer FLOPs / (tp x cp) at `model.compute_us`. FSDP (zero 3) gathers a chunk's
   parameters (blocking) before each of its passes.
 - Gradient buckets (`rules.dp_buckets`) go on stream "dp" ("edp" for expert buckets) as the last
@@ -82,7 +84,12 @@ class WaitAsync:
     """Wait for every asynchronous collective issued so far."""
 
 
-Op: TypeAlias = Compute | Block | Async | WaitAsync
+@dataclass(frozen=True, slots=True)
+class Join:
+    colls: tuple[CollectiveTemplate, ...]  # asynchronous ones issued before: compute waits for these to end
+
+
+Op: TypeAlias = Compute | Block | Async | WaitAsync | Join
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,8 +136,8 @@ def _interleaved_order(pp: int, stage: int, m: int, v: int) -> list[tuple[str, i
 def _layer_comms(cfg: LLMConfig, layers: list[int], pass_: Pass, ep_rank: int | None) -> list[CommSpec]:
     """The layers' collectives of one pass, one entry per (axis, kind, size, dtype) with their count, named
     after the layers and what they are for."""
-    count: dict[tuple[str, str, int, str], int] = {}
-    whats: dict[tuple[str, str, int, str], list[str]] = {}
+    count: dict[tuple[str, str, int, str, str], int] = {}
+    whats: dict[tuple[str, str, int, str, str], list[str]] = {}
     def of(i: int, p: Pass) -> list[CommSpec]:
         return rules.tp_comms(cfg, i, p) + rules.cp_comms(cfg, i, p) + rules.ep_comms(cfg, i, p, ep_rank)
 
@@ -138,13 +145,13 @@ def _layer_comms(cfg: LLMConfig, layers: list[int], pass_: Pass, ep_rank: int | 
         # full recompute runs the layer's forward again, collectives included, before its backward
         again = of(i, "fwd") if pass_ == "bwd" and model.recomputed(cfg, i) else []
         for spec in again + of(i, pass_):
-            key = (spec.axis, spec.kind, spec.size_bytes, spec.dtype)
+            key = (spec.axis, spec.kind, spec.size_bytes, spec.dtype, spec.hides)
             count[key] = count.get(key, 0) + spec.count
             if spec.what not in whats.setdefault(key, []):
                 whats[key].append(spec.what)
     span = f"layers {layers[0]}-{layers[-1]}" if layers else "no layers"
-    return [CommSpec(a, k, s, n, d, f"{pass_} {span}: {'; '.join(whats[(a, k, s, d)])}")
-            for (a, k, s, d), n in count.items()]
+    return [CommSpec(a, k, s, n, d, f"{pass_} {span}: {'; '.join(whats[(a, k, s, d, h)])}", hides=h)
+            for (a, k, s, d, h), n in count.items()]
 
 
 class _ProgramBuilder:
@@ -167,9 +174,15 @@ class _ProgramBuilder:
 
         self.fwd_layer = [[us(model.layer_flops(cfg, i, tokens, "fwd")) for i in ls] for ls in self.chunks]
         self.bwd_layer = [[us(model.layer_flops(cfg, i, tokens, "bwd")) for i in ls] for ls in self.chunks]
+        # one GEMM of each column-parallel block over each chunk's layers (and the output layer's on the last chunk of
+        # the last stage): a block's backward TP collectives run under its dgrad and its wgrad GEMM of this size
+        self.gemm = [{b: sum(us(model.column_gemm_flops(cfg, i, tokens, b)) for i in ls) for b in model.COLUMN_BLOCKS}
+                     for ls in self.chunks]
         on_head = [self.last and c == v - 1 for c in range(v)]
         self.head_f = [us(model.head_flops(cfg, tokens, "fwd")) if h else 0.0 for h in on_head]
         self.head_b = [us(model.head_flops(cfg, tokens, "bwd")) if h else 0.0 for h in on_head]
+        for g, h in zip(self.gemm, self.head_b):
+            g["output layer"] = h / 2
         self.comms = [{"fwd": _layer_comms(cfg, ls, "fwd", ep_rank), "bwd": _layer_comms(cfg, ls, "bwd", ep_rank)}
                       for ls in self.chunks]
         if self.first:  # the input embedding's before chunk 0's layers (forward), after them (backward)
@@ -252,22 +265,55 @@ class _ProgramBuilder:
         if i == self.m - 1 and self.cfg.parallel.overlap_grad_reduce:
             self._last_backward(c, i)
         else:
-            self.compute(sum(self.bwd_layer[c]) + self.head_b[c], i, self.tag("B", c, i))
-            self.run_comms(c, "bwd")
+            hidden = self.hidden_us(c)
+            self.compute(sum(self.bwd_layer[c]) + self.head_b[c] - hidden, i, self.tag("B", c, i))
+            self.backward_comms(c, i, self.tag("B", c, i))
+
+    def overlapped(self, c: int) -> dict[str, list[CommSpec]]:
+        """Chunk `c`'s backward collectives by the GEMM they run under ("dgrad:BLOCK", "wgrad:BLOCK"; "" blocks), in
+        issue order."""
+        out: dict[str, list[CommSpec]] = {"": []}
+        for spec in self.comms[c]["bwd"]:
+            out.setdefault(spec.hides if self.cfg.parallel.tp_comm_overlap_bwd else "", []).append(spec)
+        return out
+
+    def gemm_us(self, c: int, hides: str) -> float:
+        """The GEMM `hides` ("dgrad:BLOCK" or "wgrad:BLOCK") of chunk `c`, one micro-batch: the block's column GEMM."""
+        return self.gemm[c][hides.partition(":")[2]]
+
+    def hidden_us(self, c: int) -> float:
+        """The backward GEMM time of chunk `c` (one micro-batch) that overlapped collectives run under."""
+        return sum(self.gemm_us(c, k) for k in self.overlapped(c) if k)
+
+    def backward_comms(self, c: int, i: int, tag: str) -> None:
+        """A backward's collectives after its compute: the blocking ones, then each GEMM that collectives run under
+        with them (Megatron-Core's column-parallel linear backward: issue asynchronously, run the GEMM, wait for
+        both), so the exposed time is max(0, collectives - GEMM); `compute.overlap_sm_slowdown` slows the GEMM."""
+        groups = self.overlapped(c)
+        for spec in groups.pop(""):
+            self.block(self.coll_of(spec))
+        slow = 1.0 + self.cfg.compute.overlap_sm_slowdown
+        for hides, specs in groups.items():
+            colls = tuple(self.coll_of(spec) for spec in specs)
+            self.ops.append(Async(colls))
+            self.compute(self.gemm_us(c, hides) * slow, i, tag)
+            self.ops.append(Join(colls))
 
     def _last_backward(self, c: int, i: int) -> None:
         """The last micro-batch's backward with `overlap_grad_reduce`: grads fill in reverse, so each bucket is
         issued as soon as the backward has done its layers."""
         layers, tag = self.chunks[c], self.tag("B", c, i)
-        self.compute(self.head_b[c], i, tag)
+        total = sum(self.bwd_layer[c]) + self.head_b[c]
+        rest = 1.0 - self.hidden_us(c) / total if total > 0 else 1.0  # the GEMMs the collectives hide come last
+        self.compute(self.head_b[c] * rest, i, tag)
         top = layers[-1] if layers else -1
         self.issue_buckets([b for b in self.buckets[c] if b.first_layer > top])  # the output layer's
         pending = [b for b in self.buckets[c] if b.first_layer <= top]
         for pos in reversed(range(len(layers))):
-            self.compute(self.bwd_layer[c][pos], i, tag)
+            self.compute(self.bwd_layer[c][pos] * rest, i, tag)
             self.issue_buckets([b for b in pending if b.first_layer == layers[pos]])
             pending = [b for b in pending if b.first_layer != layers[pos]]
-        self.run_comms(c, "bwd")
+        self.backward_comms(c, i, tag)
         self.issue_buckets(pending)  # the input embedding's (layer -1)
 
     # --- schedules ---------------------------------------------------------------------------------------------

@@ -29,6 +29,10 @@ class CommSpec:
     dtype: str
     what: str  # why it is issued
     layer: int | None = None  # the layer it belongs to, where one (param_gathers)
+    # the GEMM it runs under in a column-parallel linear's backward (`LinearWithGradAccumulationAndAsyncCommunication
+    # .backward`), "GEMM:BLOCK": "dgrad:..." (the SP input all-gather), "wgrad:..." (the input grad's all-reduce or
+    # reduce-scatter), BLOCK the linear's block (`model.COLUMN_BLOCKS` or "output layer"); "" blocks compute
+    hides: str = ""
 
 
 @dataclass(frozen=True)
@@ -61,13 +65,14 @@ def _tp_block(cfg: LLMConfig, pass_: Pass, block: str, size: int) -> list[CommSp
     if not cfg.parallel.sequence_parallel:
         if pass_ == "fwd":
             return [CommSpec("tp", "all_reduce", size, 1, d, f"{block} output (g)")]
-        return [CommSpec("tp", "all_reduce", size, 1, d, f"{block} input grad (f)")]
+        return [CommSpec("tp", "all_reduce", size, 1, d, f"{block} input grad (f)", hides=f"wgrad:{block}")]
     if pass_ == "fwd":
         return [CommSpec("tp", "all_gather", size, 1, d, f"{block} input (sequence parallel g)"),
                 CommSpec("tp", "reduce_scatter", size, 1, d, f"{block} output (sequence parallel g-bar)")]
     return [CommSpec("tp", "all_gather", size, 1, d, f"{block} output grad (g-bar's backward)"),
-            CommSpec("tp", "all_gather", size, 1, d, f"{block} input again, for the weight grads"),
-            CommSpec("tp", "reduce_scatter", size, 1, d, f"{block} input grad (g's backward)")]
+            CommSpec("tp", "all_gather", size, 1, d, f"{block} input again, for the weight grads",
+                     hides=f"dgrad:{block}"),
+            CommSpec("tp", "reduce_scatter", size, 1, d, f"{block} input grad (g's backward)", hides=f"wgrad:{block}")]
 
 
 def _check_pass(pass_: str) -> None:
@@ -139,9 +144,11 @@ def head_comms(cfg: LLMConfig, pass_: Pass) -> list[CommSpec]:
         return gather + [CommSpec("tp", "all_reduce", _tokens(cfg) * 4, 1, "float32", f"loss: {what}")
                          for what in LOSS_ALL_REDUCES]
     if not sp:
-        return [CommSpec("tp", "all_reduce", act, 1, d, "output layer input grad (f)")]
-    return [CommSpec("tp", "all_gather", act, 1, d, "output layer input again, for the weight grads"),
-            CommSpec("tp", "reduce_scatter", act, 1, d, "output layer input grad (sequence parallel)")]
+        return [CommSpec("tp", "all_reduce", act, 1, d, "output layer input grad (f)", hides="wgrad:output layer")]
+    return [CommSpec("tp", "all_gather", act, 1, d, "output layer input again, for the weight grads",
+                     hides="dgrad:output layer"),
+            CommSpec("tp", "reduce_scatter", act, 1, d, "output layer input grad (sequence parallel)",
+                     hides="wgrad:output layer")]
 
 
 # ---- context parallelism -----------------------------------------------------------------------------------

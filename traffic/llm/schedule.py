@@ -20,7 +20,7 @@ from heapq import heappop, heappush
 import numpy as np
 
 from traffic.llm.config import LLMConfig
-from traffic.llm.program import Async, Block, CollectiveTemplate, Compute, StageProgram, stage_program
+from traffic.llm.program import Async, Block, CollectiveTemplate, Compute, Join, StageProgram, stage_program
 from traffic.llm.stragglers import compute_multipliers
 from traffic.metrics import busbw_factor
 from traffic.workload import Collective, Interval, RankTrace, Step, TraceError
@@ -81,7 +81,8 @@ class _Groups:
 
 # --- the nominal timeline ---------------------------------------------------------------------------------------
 
-_RUNNING, _ON_BLOCK, _ON_ASYNC = 0, 1, 2  # what a rank waits for: nothing, its blocking batch, its asynchronous ones
+#: what a rank waits for: nothing, its blocking batch, its asynchronous ones, some asynchronous ones (a Join)
+_RUNNING, _ON_BLOCK, _ON_ASYNC, _ON_JOIN = 0, 1, 2, 3
 
 
 @dataclass(slots=True, eq=False)
@@ -97,6 +98,7 @@ class _Instance:
     issuers: list[tuple[int, bool]] = field(default_factory=list)  # (member, whether its compute waits for it)
     start: float = 0.0
     end: float = 0.0
+    started: bool = False
 
 
 class _Timeline:
@@ -123,6 +125,7 @@ class _Timeline:
         self.async_open = [0] * world
         self.async_end = [t0] * world
         self.waiting = [_RUNNING] * world
+        self.joining: list[list[_Instance]] = [[] for _ in range(world)]  # what a rank's Join waits for
         self.compute: list[list[list[float]]] = [[] for _ in range(world)]
         self.records: list[list[tuple[CollectiveTemplate, _Instance]]] = [[] for _ in range(world)]
         self.ready = [(t0, r) for r in sim]  # (clock, rank): ranks advance earliest first, so issues come in time order
@@ -148,7 +151,7 @@ class _Timeline:
         gid_of, insts, ready, waiting = self.gid_of[r], self.insts, self.ready, self.waiting
         if waiting[r] == _RUNNING and i > 0:  # resumed after a block or the wait
             prev = ops[i - 1]
-            if isinstance(prev, Block):
+            if isinstance(prev, (Block, Join)):
                 t = max([t] + [insts[(gid_of[c.slot], c.ident)].end for c in prev.colls if gid_of[c.slot] >= 0])
         mrow, per_mb = self.rows[r], self.per_mb
         while i < n_ops:
@@ -184,6 +187,14 @@ class _Timeline:
                     if gid_of[c.slot] >= 0:
                         self._issue(r, c, t, False)
                 i += 1
+            elif isinstance(op, Join):
+                i += 1
+                mine = [insts[(gid_of[c.slot], c.ident)] for c in op.colls if gid_of[c.slot] >= 0]
+                if not all(inst.started for inst in mine):
+                    self.joining[r] = mine
+                    waiting[r] = _ON_JOIN
+                    break
+                t = max([t] + [inst.end for inst in mine])
             else:  # WaitAsync
                 if self.async_open[r]:
                     waiting[r] = _ON_ASYNC
@@ -245,7 +256,7 @@ class _Timeline:
                     t = f
             else:
                 end = t + inst.duration
-                inst.start, inst.end = t, end
+                inst.start, inst.end, inst.started = t, end, True
                 for mem in members:
                     free[(mem, stream)] = end
                 for mem, blocking in inst.issuers:
@@ -272,6 +283,9 @@ class _Timeline:
             if self.async_open[rank] == 0 and waiting[rank] == _ON_ASYNC:
                 waiting[rank] = _RUNNING
                 heappush(self.ready, (max(self.async_end[rank], self.clock[rank]), rank))
+            elif waiting[rank] == _ON_JOIN and all(inst.started for inst in self.joining[rank]):
+                waiting[rank] = _RUNNING
+                heappush(self.ready, (max([self.clock[rank]] + [inst.end for inst in self.joining[rank]]), rank))
 
     def _rank_steps(self) -> list[RankStep]:
         """Per rank of `sim`: compute intervals, collectives (by start) and end, relative to t0."""

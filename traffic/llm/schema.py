@@ -91,6 +91,10 @@ class Parallel(_Record):
     bucket_params: int | None = Field(default=None, ge=1)  # None: Megatron-Core's default
     grad_reduce_dtype: Literal["float32", "bfloat16"] = "float32"
     overlap_grad_reduce: bool = True
+    # a column-parallel linear's backward TP collectives run under its GEMMs (Megatron-Core and Transformer Engine:
+    # the SP input all-gather under the dgrad GEMM, the input grad's all-reduce or reduce-scatter under the wgrad
+    # GEMM); False: every TP collective blocks compute
+    tp_comm_overlap_bwd: bool = True
 
     @property
     def expert_tp(self) -> int:
@@ -110,6 +114,8 @@ class Compute(_Record):
     # `_checkpointed_forward`)
     recompute_method: Literal["uniform", "block"] = "uniform"
     recompute_num_layers: int = Field(default=1, ge=1)
+    # compute running under an overlapped NCCL kernel is this much slower (the kernel takes SMs); 0: not at all
+    overlap_sm_slowdown: float = Field(default=0.0, ge=0)
     # a measured trace of this job (any format `traffic.traces.load` reads: Kineto, Chakra, an AICB log with
     # computation rows): the kernel efficiency is then measured from it, not assumed (docs/workloads.md)
     profile: str | None = None
