@@ -186,3 +186,29 @@ def test_sm_slowdown_stretches_the_gemm_under_an_overlapped_collective() -> None
     # every all-reduce is hidden at 3,600 Gbit/s, so the step grows by 10% of the three GEMMs it ran under
     d = [build_workload(c).ranks[0].steps[0].duration_us for c in (cfg, slow)]
     assert d[1] - d[0] == pytest.approx(0.1 * gemms, rel=1e-9)
+
+
+# ---- Megatron-LM 2021's settings (the SC'21 rows) ---------------------------------------------------------------
+
+def test_pipeline_scatter_gather_sends_a_tp_share_and_gathers_it_on_arrival() -> None:
+    cfg = job(parallel={"pipeline_scatter_gather": True})
+    # TP2 without SP: each TP rank sends ACT / 2 = 4,096 bytes a micro-batch each way; the receiving stage
+    # all-gathers the whole 8,192-byte tensor over TP: stage 1 per received activation (M), stage 0 per received
+    # gradient (M)
+    for stage in (0, 1):
+        p2p = calls(cfg, stage, "pp_next" if stage == 0 else "pp_prev")
+        assert p2p == Counter({("send_recv", ACT // 2): 2 * M}), stage
+        assert calls(cfg, stage)[("all_gather", ACT)] == M, stage
+    # off (Megatron-Core): whole tensors, no gather; with SP the tensor is already split: no gather either
+    assert calls(job(), 1, "pp_prev") == Counter({("send_recv", ACT): 2 * M})
+    assert ("all_gather", ACT) not in calls(job(), 1)
+    sp = job(parallel={"pipeline_scatter_gather": True, "sequence_parallel": True})
+    assert calls(sp, 1, "pp_prev") == Counter({("send_recv", ACT // 2): 2 * M})
+    assert calls(sp, 1)[("all_gather", ACT)] == calls(job(parallel={"sequence_parallel": True}), 1)[("all_gather", ACT)]
+
+
+def test_fp16_gradient_reduction_halves_the_bucket_bytes() -> None:
+    # stage 1's one buffer: 82,496 parameters (test_buckets_on_the_first_stage_one_buffer_elsewhere) at 2 bytes
+    cfg = job(parallel={"grad_reduce_dtype": "float16"})
+    (b,) = rules.dp_buckets(cfg, 1)
+    assert (b.kind, b.dtype, b.size_bytes) == ("all_reduce", "float16", 2 * 82496)

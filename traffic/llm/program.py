@@ -45,6 +45,9 @@ ADAM_BYTES_PER_PARAM = 30
 
 #: The stream of a slot's collectives where it is not the slot's own name: point-to-point transfers share "pp".
 _STREAM = {"pp_prev": "pp", "pp_next": "pp", "pp_wrap": "pp"}
+#: the blocking point-to-point transfers that receive (slot, name): an activation from the previous stage, a
+#: gradient from the next
+_RECEIVES = {("pp_prev", "activation"), ("pp_next", "activation gradient")}
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -231,6 +234,12 @@ class _ProgramBuilder:
 
     def block(self, *colls: CollectiveTemplate) -> None:
         self.ops.append(Block(colls))
+        # pipeline scatter/gather: a received activation or gradient is all-gathered over TP before it is used. A
+        # blocking point-to-point transfer receives an activation from the previous stage or a gradient from the
+        # next (or, on the wrap, whichever comes in: sends on it are asynchronous)
+        gather = rules.pp_gather(self.cfg)
+        if gather is not None and any((c.slot, c.name) in _RECEIVES or c.slot == "pp_wrap" for c in colls):
+            self.ops.append(Block((self.coll_of(gather),)))
 
     def issue_buckets(self, which: list[Bucket]) -> None:
         if which:

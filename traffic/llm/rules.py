@@ -17,7 +17,7 @@ from traffic.llm.model import Pass, stage_layers
 from traffic.llm.schema import LLMConfig
 from traffic.workload import TraceError
 
-GRAD_BYTES = {"float32": 4, "bfloat16": 2}
+GRAD_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,22 @@ def pp_p2p_bytes(cfg: LLMConfig) -> int:
     """One activation (or its gradient) per micro-batch, sent by each TP rank of a stage to the next: micro_batch
     x seq_len / cp x hidden x 2 B, / tp with sequence parallelism (the tensor is already split)."""
     size = _tokens(cfg) * cfg.model.hidden * cfg.dtype_bytes
-    return size // cfg.parallel.tp if cfg.parallel.sequence_parallel else size
+    return size // cfg.parallel.tp if cfg.parallel.sequence_parallel or scatter_gather(cfg) else size
+
+
+def scatter_gather(cfg: LLMConfig) -> bool:
+    """Megatron-LM 2021's pipeline scatter/gather applies: asked, TP > 1 and no SP (with SP the tensor is split)."""
+    p = cfg.parallel
+    return p.pipeline_scatter_gather and p.tp > 1 and not p.sequence_parallel
+
+
+def pp_gather(cfg: LLMConfig) -> CommSpec | None:
+    """With pipeline scatter/gather: the all-gather over TP of each received activation or gradient, b s h 2 B (the
+    whole tensor, nccl-tests' all-gather size); None otherwise."""
+    if not scatter_gather(cfg):
+        return None
+    return CommSpec("tp", "all_gather", _tokens(cfg) * cfg.model.hidden * cfg.dtype_bytes, 1, cfg.dtype,
+                    "pipeline tensor gathered (scatter/gather in the pipeline)")
 
 
 # ---- data parallelism: gradient buckets, parameter gathers -------------------------------------------------

@@ -89,7 +89,13 @@ class Parallel(_Record):
     virtual_stages: int = One  # interleaved 1F1B model chunks per stage
     zero: int = Field(default=0, ge=0, le=3)  # 0 DDP; 1/2 distributed optimizer; 3 FSDP
     bucket_params: int | None = Field(default=None, ge=1)  # None: Megatron-Core's default
-    grad_reduce_dtype: Literal["float32", "bfloat16"] = "float32"
+    # the gradients' dtype in the DP reduction: fp32 main grads (--accumulate-allreduce-grads-in-fp32), bf16, or
+    # fp16 (Megatron-LM 2021 with --fp16 reduced in fp16 unless told otherwise)
+    grad_reduce_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    # Megatron-LM 2021's scatter/gather of pipeline tensors (`--scatter-gather-tensors-in-pipeline`, its default
+    # from 2021-02-16; Narayanan et al. SC'21 section 4.1; Megatron-Core dropped it): without SP each TP rank sends
+    # 1 / tp of the activation (or its grad) and the receiving stage all-gathers it over TP
+    pipeline_scatter_gather: bool = False
     overlap_grad_reduce: bool = True
     # a column-parallel linear's backward TP collectives run under its GEMMs (Megatron-Core and Transformer Engine:
     # the SP input all-gather under the dgrad GEMM, the input grad's all-reduce or reduce-scatter under the wgrad
