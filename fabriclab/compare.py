@@ -190,6 +190,7 @@ def plan_rows(trace: str | Path, series: Sequence[Series] = DEFAULT_SERIES, size
         extra = ",".join(x for x in (s.extra, v_extra) if x)
         spec = RunSpec(workload, _run_options(dataclasses.asdict(base) | dict(s.options), f"{s.topology} {s.variant}"),
                        model)
+        spec.options.replay_options(s.routing).check()  # a malformed option fails first, as the replay words it
         frag = parse_fragmented(spec.options.placement)
         for n in sizes:
             cluster = cluster_gpus(n, frag[0]) if frag is not None else n
