@@ -77,14 +77,17 @@ def _row(fabric: str, step_s: float, exposed: dict[str, float], busbw: dict[str,
 
 def test_the_at_scale_verdict_picks_its_evidence_from_the_rows() -> None:
     # the pyramid exposes 6% more of the step to PP than the dual-plane, and 1% less to DP: its cause is PP
-    pyr = _row("pyr", 11.0, {"pp": 0.09, "dp": 0.03}, {"pp": 150e9, "dp": 390e9}, {"tor->agg": 0.99, "agg->core": 0.4})
-    dual = _row("dual", 10.0, {"pp": 0.03, "dp": 0.04}, {"pp": 390e9, "dp": 390e9}, {"leaf->spine": 0.7})
+    # (a group with nothing exposed on either fabric, "emb", is not named in the text)
+    pyr = _row("pyr", 11.0, {"pp": 0.09, "dp": 0.03, "emb": 0.0}, {"pp": 150e9, "dp": 390e9},
+               {"tor->agg": 0.99, "agg->core": 0.4})
+    dual = _row("dual", 10.0, {"pp": 0.03, "dp": 0.04, "emb": 0.0}, {"pp": 390e9, "dp": 390e9}, {"leaf->spine": 0.7})
     v = main_job.at_scale_verdict(pyr, dual, 1024, "llm:gpt3-175b")
     assert v["step_ratio"] == pytest.approx(1.1)
-    assert v["cause_group"] == "pp" and v["exposed_gap"] == pytest.approx({"pp": 0.06, "dp": -0.01})
+    assert v["cause_group"] == "pp" and v["exposed_gap"] == pytest.approx({"pp": 0.06, "dp": -0.01, "emb": 0.0})
     assert v["hottest"] == [("tor->agg", 0.99), ("leaf->spine", 0.7)]
     text = main_job.format_at_scale(v)
     assert "1.100x" in text and "pp busbw 150 Gbit/s / 390 Gbit/s" in text and "tor->agg 99" in text
+    assert " and dp 3.0 % / 4.0 %" in text and "emb" not in text
     # the other way round: a DP-bound pyramid is blamed on DP
     pyr2 = _row("pyr", 10.5, {"pp": 0.03, "dp": 0.08}, {"pp": 390e9, "dp": 200e9}, {"tor->agg": 0.9})
     assert main_job.at_scale_verdict(pyr2, dual, 1024, "llm:gpt3-175b")["cause_group"] == "dp"

@@ -115,7 +115,9 @@ def format_at_scale(c: dict[str, Any]) -> str:
 
     (tier_p, hot_p), (tier_d, hot_d) = c["hottest"]
     g = c["cause_group"]
-    others = [x for x in sorted(c["exposed_gap"]) if x != g]
+    # the other groups, those with a share to show (an empty group, e.g. "emb" at 0.0 % on both, says nothing)
+    others = [x for x in sorted(c["exposed_gap"]) if x != g
+              and max(p["exposed_by_group"].get(x, 0.0), d["exposed_by_group"].get(x, 0.0)) >= 0.0005]
     cause = (f"{g} busbw {group('busbw_by_group', g, format_bps)}, exposed {g} "
              f"{group('exposed_by_group', g, format_share)}" if g else "no exposed communication")
     rest = "".join(f" and {x} {group('exposed_by_group', x, format_share)}" for x in others)
