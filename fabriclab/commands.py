@@ -91,10 +91,11 @@ def cmd_workload_llm(args: argparse.Namespace) -> int:
     workload = llm_workload(config)
     reach = []
     if args.topology:
-        from traffic.placement import resolve_placement
+        from traffic.placement import check_job_fits, resolve_placement
         from traffic.reach import group_reach
 
         fab = topofile.load(args.topology)
+        check_job_fits(workload.world_size, fab, args.spec)
         reach = group_reach(workload, fab, resolve_placement(fab, workload.world_size, args.placement))
     if not args.json:
         print(describe(config, workload))

@@ -69,3 +69,17 @@ def test_workload_llm_says_how_far_the_groups_reach_on_the_pyramid(capsys):
     # 7 stage boundaries x 128 (tp, dp) columns of pairs
     assert reach["pp"]["groups"] == 7 * 128
     assert reach["pp"]["reach"] == {"tor": 4 * 128, "core": 3 * 128}
+
+
+@pytest.mark.parametrize("argv", [
+    ["workload", "llm", "gpt3-175b,parallel.dp=17,global_batch=1632", "--topology", "pyramid-1024-rail"],
+    ["sim", "llm:gpt3-175b,parallel.dp=17,global_batch=1632", "--topology", "pyramid-1024-rail", "--routing", "ecmp"],
+])
+def test_a_job_bigger_than_the_fabric_is_refused_with_both_counts(argv, capsys):
+    # TP8 x PP8 x DP17 = 1,088 GPUs; pyramid-1024-rail has 1,024 GPU hosts, 128 servers of 8: block placement
+    # would put two ranks on one GPU (issue 42, defect 5)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "1088 GPUs do not fit on pyramid-1024-rail, which has 1024 (128 servers of 8)" in err
+    # exactly the fabric's size still runs
+    assert main(["workload", "llm", "gpt3-175b,parallel.dp=16", "--topology", "pyramid-1024-rail"]) == 0

@@ -61,6 +61,18 @@ def resolve_placement(fabric: Fabric, n_ranks: int, how: str) -> Placement:
     return placement_from_file(how, hosts)
 
 
+def check_job_fits(gpus: int, fabric: Fabric, what: str) -> None:
+    """Refuse a job of `gpus` GPUs (a generated training step: one GPU, so one host, per rank) on a fabric
+    with fewer GPU hosts, naming both counts: block placement would put two ranks on one GPU and run their
+    traffic for free."""
+    have = len(fabric.hosts)
+    if gpus > have:
+        g = fabric.gpus_per_server
+        raise TransferError(f"{what}: {gpus} GPUs do not fit on {fabric.name}, which has {have} "
+                            f"({have // g} servers of {g}); use a larger fabric or fewer GPUs (e.g. a smaller "
+                            f"parallel.dp)")
+
+
 def check_placement(how: str) -> None:
     """Refuse a malformed named placement before any fabric is at hand (a `fragmented` spec's syntax and
     ranges); files and what a fabric can take are checked by `resolve_placement`."""

@@ -53,7 +53,7 @@ from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
 from fabric.transfers import Placement, TransferColumns, TransferError
 from traffic import collectives
-from traffic.placement import check_placement, groups_by, resolve_placement
+from traffic.placement import check_job_fits, check_placement, groups_by, resolve_placement
 from traffic.workload import Collective, Workload
 
 #: The fastest host NIC runs at this rate by default (the link scale). Measured on the 2-core machine,
@@ -361,6 +361,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     if n_ranks is not None and (n_ranks != workload.world_size or len(workload.ranks) != n_ranks):
         workload = workload.mapped_to(n_ranks)
         notes.extend(workload.notes[-1:])
+    if workload.training is not None:  # a generated step: a GPU a rank
+        check_job_fits(workload.world_size, fabric, workload.name)
     placement = resolve_placement(fabric, workload.world_size, options.placement)
     if len(placement) < workload.world_size:
         raise ReplayError(f"placement covers {len(placement)} ranks; the workload has {workload.world_size}")
