@@ -203,12 +203,11 @@ def nominal_breakdown(cfg: Any, workload: Any) -> Breakdown:
     """The generator's own timeline, the job's parts. Without contention every rank of a pipeline stage runs the
     same timeline, so one rank per stage stands for its stage (all stages have as many ranks)."""
     from traffic import metrics
-    from traffic.llm.program import optimizer_us
     from traffic.replay.result import job_step
     from traffic.results import StepResult
 
     grid = cfg.grid
-    rows, optimizer = [], []
+    rows = []
     for stage in range(cfg.parallel.pp):
         rank = next(r for r in range(cfg.world_size) if grid.coords(r)["pp"] == stage)
         step = workload.ranks[rank].steps[0]
@@ -216,18 +215,21 @@ def nominal_breakdown(cfg: Any, workload: Any) -> Breakdown:
         t = metrics.step_times(timeline)
         rows.append(StepResult(step.number, 0, rank, t.step_us, t.compute_us, t.exposed_comm_us, t.idle_us,
                                step.duration_us, metrics.exposed_by_stream(timeline, [c.stream for c in step.collectives])))
-        optimizer.append(optimizer_us(cfg, stage))
     job = job_step(rows)
-    return breakdown(job.step_us, job.compute_us, sum(optimizer) / len(optimizer), job.exposed_by_stream_us, job.idle_us)
+    return breakdown(job.step_us, job.compute_us, mean_optimizer_us(cfg), job.exposed_by_stream_us, job.idle_us)
+
+
+def mean_optimizer_us(cfg: Any) -> float:
+    """The optimizer step's time, the mean over the pipeline stages (each stage steps its own parameters)."""
+    from traffic.llm.program import optimizer_us
+
+    return sum(optimizer_us(cfg, s) for s in range(cfg.parallel.pp)) / cfg.parallel.pp
 
 
 def simulated_breakdown(cfg: Any, result: Any) -> Breakdown:
     """The simulated run's job step (rank -1) in parts."""
-    from traffic.llm.program import optimizer_us
-
     job = next(s for s in result.steps if s.rank == -1)
-    optimizer = sum(optimizer_us(cfg, s) for s in range(cfg.parallel.pp)) / cfg.parallel.pp
-    return breakdown(job.step_us, job.compute_us, optimizer, job.exposed_by_stream_us, job.idle_us)
+    return breakdown(job.step_us, job.compute_us, mean_optimizer_us(cfg), job.exposed_by_stream_us, job.idle_us)
 
 
 @dataclass(slots=True)

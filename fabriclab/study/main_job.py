@@ -104,6 +104,10 @@ def at_scale_verdict(pyramid: dict[str, Any], dual: dict[str, Any], gpus: int, p
             "cause_group": worst, "exposed_gap": gap, "hottest": [hottest(pyramid), hottest(dual)]}
 
 
+#: the least share of the step the verdict names a group for: what `format_share` prints as 0.1 % after rounding
+SHOWN_SHARE = 0.0005
+
+
 def format_at_scale(c: dict[str, Any]) -> str:
     """The at-scale verdict as the main job prints it: the step ratio, then its cause from the rows."""
     from traffic.formatting import format_bps, format_share, format_us
@@ -117,7 +121,7 @@ def format_at_scale(c: dict[str, Any]) -> str:
     g = c["cause_group"]
     # the other groups, those with a share to show (an empty group, e.g. "emb" at 0.0 % on both, says nothing)
     others = [x for x in sorted(c["exposed_gap"]) if x != g
-              and max(p["exposed_by_group"].get(x, 0.0), d["exposed_by_group"].get(x, 0.0)) >= 0.0005]
+              and max(p["exposed_by_group"].get(x, 0.0), d["exposed_by_group"].get(x, 0.0)) >= SHOWN_SHARE]
     cause = (f"{g} busbw {group('busbw_by_group', g, format_bps)}, exposed {g} "
              f"{group('exposed_by_group', g, format_share)}" if g else "no exposed communication")
     rest = "".join(f" and {x} {group('exposed_by_group', x, format_share)}" for x in others)
