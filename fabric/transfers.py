@@ -190,7 +190,8 @@ class TransferColumns:
 
 @dataclass(frozen=True)
 class Placement:
-    """Rank -> host name. Several ranks may share a host (their transfers then stay inside it)."""
+    """Rank -> host name. Several ranks may share a host (their transfers then stay inside it; a replay
+    plan refuses such transfers with bytes, as a host is one GPU)."""
 
     hosts: tuple[str, ...]  # hosts[rank]
 

@@ -56,6 +56,7 @@ import numpy as np
 from fabric.errors import FabriclabError
 from fabric.flowsim import SimOptions
 from fabric.model import Fabric
+from traffic.formatting import format_us
 from traffic.replay import ReplayOptions
 from traffic.replay.plan import default_mbps_per_gbps
 from traffic.results import RunResult
@@ -347,15 +348,16 @@ def crosscheck(workload: Workload, label: str, fabric: Fabric, routing: str, opt
 
 
 def format_rows(rows: Sequence[CrossRow]) -> str:
-    lines = [f"{'#':>3} {'step':>4} {'kind':<14} {'size B':>12} {'emulated us':>12} {'simulated us':>13} {'diff':>7}"
+    lines = [f"{'#':>3} {'step':>4} {'kind':<14} {'size B':>12} {'emulated':>12} {'simulated':>13} {'diff':>7}"
              f" {'latency':>8}"]
     for r in rows:
-        lines.append(f"{r.index:>3} {r.step:>4} {r.kind:<14} {r.size_bytes:>12} {r.emulated_us:>12.1f} "
-                     f"{r.simulated_us:>13.1f} {r.difference:>+7.1%} {r.latency_share:>8.0%}"
+        lines.append(f"{r.index:>3} {r.step:>4} {r.kind:<14} {r.size_bytes:>12} {format_us(r.emulated_us):>12} "
+                     f"{format_us(r.simulated_us):>13} {r.difference:>+7.1%} {r.latency_share:>8.0%}"
                      + ("" if r.comparable else "  latency-bound" if not r.bandwidth_bound else "  pipelined chain"))
     e = sum(r.emulated_us for r in rows)
     s = sum(r.simulated_us for r in rows)
-    lines.append(f"{'all':>3} {'':>4} {'':<14} {'':>12} {e:>12.1f} {s:>13.1f} {(s - e) / e if e else math.nan:>+7.1%}")
+    lines.append(f"{'all':>3} {'':>4} {'':<14} {'':>12} {format_us(e):>12} {format_us(s):>13} "
+                 f"{(s - e) / e if e else math.nan:>+7.1%}")
     return "\n".join(lines)
 
 
@@ -363,10 +365,10 @@ def format_calibration(cal: Calibration) -> str:
     lines = [f"goodput share {cal.goodput_share:.4f}, per transfer {cal.per_transfer_emu_s * 1e3:.2f} ms emulated, "
              f"per hop {cal.per_hop_emu_s * 1e3:.2f} ms emulated; "
              f"simulator {'cut-through' if cal.cut_through else 'store and forward'}",
-             f"{'topology':<16} {'size B':>12} {'emulated us':>12} {'fitted us':>10} {'diff':>7}"]
+             f"{'topology':<16} {'size B':>12} {'emulated':>12} {'fitted':>10} {'diff':>7}"]
     for s in cal.samples:
         p = cal.predict_us(s)
-        lines.append(f"{s.topology:<16} {s.size_bytes:>12} {s.emulated_us:>12.1f} {p:>10.1f} "
+        lines.append(f"{s.topology:<16} {s.size_bytes:>12} {format_us(s.emulated_us):>12} {format_us(p):>10} "
                      f"{(p - s.emulated_us) / s.emulated_us:>+7.1%}")
     return "\n".join(lines)
 

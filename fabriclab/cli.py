@@ -46,6 +46,7 @@ from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_cross
                                 cmd_up, cmd_workload_llm)
 from fabriclab.study.spec import FLAT_RING_MAX
 from fabriclab.sweep import add_cluster_argument
+from traffic.workload import LAUNCHLESS_KERNELS
 
 PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one rank every hosts/ranks hosts), "
                   "pods (whole servers spread evenly over the fabric's pods), fragmented[:OCC[:SEED]] (whole servers "
@@ -74,6 +75,16 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--step-ops", type=int, default=None, metavar="N",
                    help="NCCL logs only: every N collectives of a rank are a step, in place of the steps found "
                         "from the log's own period or opCount restarts")
+    _launchless_arg(p)
+
+
+def _launchless_arg(p: argparse.ArgumentParser) -> None:
+    """`--launchless-kernels`, for every command that reads a trace (`traffic.traces.load`)."""
+    p.add_argument("--launchless-kernels", choices=LAUNCHLESS_KERNELS, default=None,
+                   help="Kineto traces only: GPU kernels without a launch event in the trace (launched before the "
+                        "profiler started) are left out of the steps' compute, as HolisticTraceAnalysis does "
+                        "(leave-out, the default), or put in the step whose window holds their start, clipped to "
+                        "its end (by-time)")
 
 
 def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
@@ -92,6 +103,9 @@ def _workload_args(p: argparse.ArgumentParser, default_out: str) -> None:
     _run_args(p)
     p.add_argument("--world-size", type=int, default=None, metavar="N",
                    help="AICB CSV and SimAI files only: map the job onto N ranks (default: as the file says)")
+    p.add_argument("--ep", type=int, default=None, metavar="N",
+                   help="AICB CSV only: the expert-parallel group's size, which AICB's ep_group rows do not give "
+                        "(checked: N divides the job; without it those rows are left out, their time noted)")
     p.add_argument("--out", default=default_out, help=f"output directory (default {default_out})")
     p.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
 
@@ -170,6 +184,10 @@ def _inspect_parsers(sub: Any) -> None:
                             "from the log's own period or opCount restarts")
     tshow.add_argument("--world-size", type=int, default=None, metavar="N",
                        help="AICB CSV and SimAI files only: map the job onto N ranks (default: as the file says)")
+    tshow.add_argument("--ep", type=int, default=None, metavar="N",
+                       help="AICB CSV only: the expert-parallel group's size, which AICB's ep_group rows do not give "
+                            "(checked: N divides the job; without it those rows are left out, their time noted)")
+    _launchless_arg(tshow)
     tshow.add_argument("--rank", type=int, default=None,
                        help="show this rank's collectives per step and process group (the default for jobs of "
                             "more than 16 ranks, with their first rank)")

@@ -19,6 +19,7 @@ from fabric.analysis import summarize
 from fabric.emulation import EmulationOptions
 from fabric.errors import FabriclabError
 from fabriclab.backends import numpy_hugepage_advice_off
+from fabriclab.options import load_options, run_options
 from fabriclab.progress import ProgressView, shown_rows
 from fabriclab.texts import format_runs, format_topologies, format_workload
 
@@ -71,8 +72,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_trace_show(args: argparse.Namespace) -> int:
     from traffic.traces import load
 
-    workload = load(args.trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops,
-                    world_size=getattr(args, "world_size", None))
+    workload = load(args.trace, **load_options(args))
     print(format_workload(workload, args.rank, args.json))
     return 0
 
@@ -147,15 +147,6 @@ def _sim_model(args: argparse.Namespace) -> Any:
     return model
 
 
-def _run_options(args: argparse.Namespace, ranks: int | None = None) -> Any:
-    """The run options as asked (`fabriclab.study.spec.RunOptions`)."""
-    from fabriclab.study.spec import RunOptions
-
-    return RunOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
-                      ports=args.ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0,
-                      step_ops=args.step_ops)
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
     return _run_workload(args, "emulation")
 
@@ -181,18 +172,17 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
     trace, label = _trace(args)
     if is_main:
         label = "gpt3-175b-slice16"
-    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops,
-                    world_size=getattr(args, "world_size", None))
+    workload = load(trace, **load_options(args))
     pairs = _replay_pairs(args)
     fabrics = [(t, topofile.load(t), r) for t, r in pairs]  # every topology checked before anything runs
     ranks = default_ranks(args.ranks, None if trace == str(BUILTIN_TRACE) else args.trace)
     if backend == "emulation":
-        asked = _run_options(args, ranks)
+        asked = run_options(args, ranks)
         runs: list[tuple[str, Any, str, Any, Any, dict[str, Any] | None]] = [
             (t, fab, routing, asked.replay_options(routing, mbps_per_gbps=args.mbps_per_gbps, dilation=args.dilation),
              Emulated(log=lambda msg: log(f"[fabriclab] {msg}")), None) for t, fab, routing in fabrics]
     else:
-        runs = list(simulated_runs(RunSpec(WorkloadSpec.parse(trace), _run_options(args, ranks), _sim_model(args)),
+        runs = list(simulated_runs(RunSpec(WorkloadSpec.parse(trace), run_options(args, ranks), _sim_model(args)),
                                    workload, fabrics, args.link_down or [], args.link_up or []))
     out = Path(args.out)
     results = []
@@ -215,7 +205,7 @@ def _run_workload(args: argparse.Namespace, backend: str) -> int:
         log("[fabriclab] the same on the simulator (seconds)")
         sims = [run_workload(workload, label, fab, routing, run_opts, runner, spec=spec).result
                 for _, fab, routing, run_opts, runner, spec in simulated_runs(
-                    RunSpec(WorkloadSpec.parse(trace), _run_options(args, ranks), main_job.CHECK_MODEL), workload,
+                    RunSpec(WorkloadSpec.parse(trace), run_options(args, ranks), main_job.CHECK_MODEL), workload,
                     fabrics)]
         check = main_job.emulated_and_simulated([r for _, r in results], sims)
         if args.at_scale:
@@ -248,7 +238,7 @@ def _sweep_request(args: argparse.Namespace) -> Any:
     if args.jobs is not None and args.jobs < 1:
         raise FabriclabError(f"--jobs must be >= 1, got {args.jobs}")
     trace, label = _sweep_workload(args)
-    options = {k: v for k, v in dataclasses.asdict(_run_options(args)).items() if k != "ranks"}
+    options = {k: v for k, v in dataclasses.asdict(run_options(args)).items() if k != "ranks"}
     return SweepRequest(trace, label, options, _sim_model(args), None if args.no_cache else Path(args.cache),
                         Path(args.out))
 
@@ -349,8 +339,7 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
 
     cal = cal_mod.Calibration.read(args.calibration)
     trace, label = _trace(args)
-    workload = load(trace, compute_gap_us=args.compute_gap_us, collectives_per_step=args.step_ops,
-                    world_size=getattr(args, "world_size", None))
+    workload = load(trace, **load_options(args))
     if args.steps is not None:
         if args.steps < 1:
             raise FabriclabError(f"--steps must be >= 1, got {args.steps}")
@@ -361,7 +350,7 @@ def cmd_crosscheck(args: argparse.Namespace) -> int:
     ranks = default_ranks(args.ranks, None if trace == str(BUILTIN_TRACE) else args.trace)
     out: list[dict[str, Any]] = []
     for fab, routing in fabrics:
-        opts = _run_options(args, ranks).replay_options(routing)
+        opts = run_options(args, ranks).replay_options(routing)
         rows, emulated, _ = cal_mod.crosscheck(workload, label, fab, routing, opts, cal, _emulated_runner(args))
         out.append(cal_mod.crosscheck_doc(fab.name, routing, emulated.meta.dilation, rows))
         if not args.json:

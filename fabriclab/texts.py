@@ -9,6 +9,7 @@ from typing import Any
 
 from fabric.analysis import TopoSummary
 from traffic.formatting import format_bytes, format_us
+from traffic.workload import LEFT_OUT_STREAM
 
 #: `trace show` lists a job rank by rank up to this many ranks, else one rank per process group
 TRACE_SHOW_RANKS = 16
@@ -116,6 +117,10 @@ def format_workload(workload: Any, rank_asked: int | None, as_json: bool, extra:
     for st in rows:
         share = "-" if st.exposed_comm_share is None else f"{st.exposed_comm_share:.1%}"
         kinds = ", ".join(f"{k.count} {k.kind} {format_bytes(k.size_bytes)}" for k in st.kinds)
+        if st.left_out_us:
+            kinds += f"; of the exposed, {format_us(st.left_out_us)} {LEFT_OUT_STREAM}"
+        if st.warmup:
+            kinds = "warm-up; " + kinds
         lines.append(f"{st.rank:>5} {st.number:>6} {format_us(st.duration_us):>11} {format_us(st.compute_us):>11} "
                      f"{format_us(st.exposed_comm_us):>13} {share:>7}  {kinds}")
     if per_group:

@@ -241,8 +241,8 @@ def test_report_html_is_one_self_contained_page(report_dir: tuple[Path, list[Pat
     assert "Not CPU-bound" in page and "42.0 %" in page
     assert "divided by 1000" in page and "composed" in page
     assert "leafA1-spineA1" in page and "reroute" in page  # the fault and the controller event
-    assert "8.000 s emulated = 8.00 ms real" in page
-    assert "110 ms" in page and "500 ms" in page  # p50 and p99 of the step times, with units
+    assert "8.000 s emulated = 8.000 ms real" in page  # times to four figures (traffic.formatting.format_us)
+    assert "110.0 ms" in page and "500.0 ms" in page  # p50 and p99 of the step times, with units
 
 
 def test_summary_json_and_result_round_trip(report_dir: tuple[Path, list[Path]], tmp_path: Path) -> None:
@@ -323,6 +323,6 @@ def test_text_renderings() -> None:
     assert notes == ["hottest link utilisation: a leafA1:5->spineA1 (fabric, plane A); b leafA1:1->h0 (host, plane A)",
                      "CPU idle: a not CPU-bound; b CPU-bound"]
     summary = format_summary(summarize(make_run()))
-    assert "n=6" in summary and "p50 110 ms" in summary and "p99 500 ms" in summary
+    assert "n=6" in summary and "p50 110.0 ms" in summary and "p99 500.0 ms" in summary
     assert "hottest fabric leafA1:5->spineA1 (fabric, plane A): 80.0 % while collectives ran" in summary
     assert "warning      plane B: 3 retransmissions during step 2" in summary

@@ -41,10 +41,15 @@ def test_layers_forward_then_backward_in_reverse(tmp_path: Path) -> None:
         ("all_reduce", "tp", (4, 5), MiB, 1), ("all_reduce", "tp", (4, 5), 2 * MiB, 1),
         ("send_recv", "pp", (1, 5), 4096, 3), ("reduce_scatter", "dp", (5, 7), 8 * MiB, 1),
         ("all_reduce", "tp", (4, 5), MiB, 1), ("send_recv", "pp", (1, 5), 4096, 3)]
-    # compute, ns -> us: fwd 1 + 4, then mlp ig 5 + wg 6 + update 0.1, attention ig 2 + wg 3 + update 0.1
-    assert s.compute_us == pytest.approx(1 + 4 + 5 + 6 + 0.1 + 2 + 3 + 0.1)
+    # compute, ns -> us, in SimAI's order with each layer's update (0.1) after each of its blocking comms (forward,
+    # input-gradient): attention fwd 1, comm, update 0.1; mlp fwd 4, comm, update 0.1; | mlp ig 5 (no comm), wg 6,
+    # its reduce-scatter; attention ig 2, comm, update 0.1, wg 3 (no comm)
+    assert s.compute_us == pytest.approx(1 + 0.1 + 4 + 0.1 + 5 + 6 + 2 + 0.1 + 3)
     starts = [c.start_us for c in s.collectives]  # collectives instantaneous between the compute
-    assert starts == pytest.approx([1, 1 + 4, 5, 5 + 5 + 6, 16.1 + 2, 16.1 + 2 + 3 + 0.1])
+    assert starts == pytest.approx([1, 1.1 + 4, 5.2, 5.2 + 5 + 6, 16.2 + 2, 18.3 + 3])
+    # the compute waits for forward and input-gradient comms; weight-gradient and pipeline ones run beside it
+    assert [c.blocking for c in s.collectives] == [True, True, False, False, True, False]
+    assert w.program
     assert all(c.duration_us is None for c in s.collectives)
     assert [c.group_ranks for c in w.ranks[0].steps[0].collectives if c.kind == "send_recv"] == [(0, 4), (0, 4)]
     assert w.ranks[1].steps[0].collectives[2] is s.collectives[2]  # both ranks list the same transfer

@@ -8,7 +8,7 @@ input; all-to-all: one rank's whole send buffer; send_recv: the message).
 Conventions shared by every algorithm:
 - Bytes are exact: a buffer of S bytes cut into k pieces gives pieces that differ by at most one byte
   and sum to S (`split_bytes`: the first S mod k pieces carry the extra byte). Pieces of 0 bytes are
-  kept as 0-byte transfers, so a DAG's shape never depends on S.
+  kept as 0-byte transfers, so a DAG's shape never depends on S (but for S = 0: "Empty collectives").
 - Dependencies say when data is there: a transfer waits for the transfers that delivered the data it
   forwards or reduces (ring: rank r's send at step k waits for its receive at step k-1). On top, the
   transfers over one connection (src, dst) are ordered: each waits for the previous one on that
@@ -56,6 +56,17 @@ Algorithms (`ALGORITHMS`):
 - barrier `dissemination`: ceil(log2 n) rounds of 0-byte messages, q -> q + 2^k in round k, each
   after the message received in the round before.
 
+Empty collectives (`discarded`): a collective of 0 bytes of any kind but send_recv and barrier is an
+empty DAG (no transfer: it takes no time and moves nothing), as NCCL discards it before it is ever
+enqueued: NVIDIA/nccl src/enqueue.cc, `taskAppend`, "// Empty collectives can be discarded.
+if (info->count == 0) return ncclSuccess;" (NCCL 2.30.7, `makefiles/version.mk`; commit 5067397c, read
+2026-12). That check sits in the branch of the collectives only (all-to-all, gather and scatter included,
+which NCCL builds from p2p tasks after it); a send or receive goes to `p2pTaskAppend`, which queues a task
+whatever its count, and `addP2pToPlan` gives a 0-byte one a proxy step of 0 bytes ("else if (bytes == 0)
+{ proxyOps[dir].nsteps = 1; proxyOps[dir].nbytes = 0; }"): a 0-byte send_recv is one 0-byte transfer and
+keeps its latency. A barrier is not an NCCL call (PyTorch's is an all-reduce of one element): its 0-byte
+messages are the synchronisation it stands for, and it is kept.
+
 Construction: every algorithm is written once, against one builder that holds the DAG as arrays
 (`traffic.dag_builder.DagBuilder`). The ring steps (all_reduce `ring` and `hierarchical`,
 reduce_scatter and all_gather `ring`) and the all-to-all rounds (~n^2 transfers: 1M at 1024 ranks)
@@ -93,6 +104,12 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 DEFAULT_PIPELINE_CHUNKS = 4
 
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
+
+#: Kinds that run when they carry 0 bytes (module docstring, "Empty collectives"): NCCL still hands a 0-byte
+#: send/recv to its proxy; a barrier's messages are 0-byte by definition.
+KEPT_WHEN_EMPTY = ("send_recv", "barrier")
+#: Where NCCL discards an empty collective, for the notes of a run that had some.
+NCCL_DISCARDS_EMPTY = "NCCL 2.30.7 src/enqueue.cc, taskAppend: if (info->count == 0) return ncclSuccess"
 
 Ready = dict[int, tuple[int, ...]]  # rank -> the transfers whose delivery its data waits for
 
@@ -348,6 +365,12 @@ def _dissemination_barrier(dag: DagBuilder, ranks: Sequence[int]) -> None:
 
 # --- entry point ----------------------------------------------------------------------------------------
 
+def discarded(kind: str, size_bytes: int) -> bool:
+    """Whether a collective of `kind` and `size_bytes` is discarded as NCCL discards it: 0 bytes, and not a
+    send_recv or barrier (`KEPT_WHEN_EMPTY`; module docstring, "Empty collectives")."""
+    return size_bytes == 0 and kind not in KEPT_WHEN_EMPTY
+
+
 def _restrict_groups(groups: Sequence[Sequence[int]], ranks: Sequence[int]) -> tuple[tuple[int, ...], ...]:
     """`groups` limited to `ranks` (empty groups dropped); every rank must be in exactly one group."""
     members = set(ranks)
@@ -411,6 +434,7 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
     all_reduce; it may cover more ranks than `ranks` (e.g. the whole job) and is restricted to them.
     `root`: for broadcast, reduce, gather, scatter (default ranks[0]); an error for other kinds.
     `pipeline_chunks`: chunks per pipelined stream (tree halves, broadcast/reduce chain).
+    A collective NCCL discards (`discarded`: 0 bytes, not send_recv or barrier) is an empty DAG.
     """
     ranks = list(ranks)
     local_groups, algo = _checked(kind, size_bytes, ranks, algorithm, groups, pipeline_chunks)
@@ -422,6 +446,8 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
     from_root = ranks[start:] + ranks[:start]
     dag = DagBuilder()
     n = len(ranks)
+    if discarded(kind, size_bytes):  # as NCCL: no transfer at all
+        return dag.columns(ranks, f"{kind} {n} ranks 0 B (discarded: empty)")
     if kind == "all_reduce":
         if algo == "ring":
             _ring_all_reduce(dag, ranks, size_bytes, 0, {})

@@ -247,6 +247,50 @@ def compose_step(step: Step, durations_us: Sequence[float] | None = None) -> Ste
     return StepTimeline(tuple(clock.placed), tuple(new_span[j] for j in range(len(colls))), end)
 
 
+def compose_program(step: Step, durations_us: Sequence[float]) -> StepTimeline:
+    """A program-ordered step (`Workload.program`: no recorded communication times) composed with the
+    collectives taking `durations_us`: its compute in order, each collective issued where it sits in the compute
+    (`start_us`, on the layout where communication takes no time) once its stream is free; the compute after a
+    blocking collective waits for its end, the compute after a non-blocking one does not. The step ends with the
+    last compute or collective. SimAI's order (`Workload::iterate_hybrid_parallel_Transformer*`): forward
+    compute, forward comm (blocking), input-gradient compute, its comm (blocking), weight-gradient compute, its
+    comm (non-blocking)."""
+    colls = step.collectives
+    if len(durations_us) != len(colls):
+        raise MetricError(f"step {step.number}: {len(durations_us)} durations for {len(colls)} collectives")
+    cuts = sorted({c.start_us for c in colls if c.start_us is not None})
+    events: list[tuple[float, int, int, float]] = []  # (layout position, 0 compute / 1 collective, index, end)
+    for j, c in enumerate(colls):
+        if c.start_us is None:
+            raise MetricError(f"step {step.number}: collective {j} ({c.kind} {c.name!r}) has no place in the step")
+        if durations_us[j] < 0:
+            raise MetricError(f"step {step.number}: collective {j} ({c.kind}): duration {durations_us[j]} us < 0")
+        events.append((c.start_us, 1, j, c.start_us))
+    for a, b in merge_intervals(step.compute):  # cut where collectives sit: compute before one, compute after
+        inner = cuts[bisect.bisect_right(cuts, a):bisect.bisect_left(cuts, b)]
+        for x, y in zip([a, *inner], [*inner, b]):
+            events.append((x, 2, 0, y))
+    events.sort(key=lambda e: (e[0], e[1], e[2]))  # at one position: its collectives, then the compute after
+    shift = 0.0  # how far the composed compute runs behind the layout
+    stream_free: dict[str, float] = {}
+    placed: list[Interval] = []
+    spans: list[Interval] = [(0.0, 0.0)] * len(colls)
+    for pos, what, j, end in events:
+        if what == 2:
+            placed.append((pos + shift, end + shift))
+            continue
+        c = colls[j]
+        start = max(pos + shift, stream_free.get(c.stream, -math.inf))
+        spans[j] = (start, start + durations_us[j])
+        stream_free[c.stream] = spans[j][1]
+        if c.blocking:
+            shift = max(shift, spans[j][1] - pos)
+    last = max([b for _, b in placed] + [b for _, b in spans] + [0.0])
+    if step.duration_us is not None:
+        last = max(last, step.duration_us + shift)
+    return StepTimeline(tuple(placed), tuple(spans), last)
+
+
 def step_times(timeline: StepTimeline) -> StepTimes:
     """Step, compute, exposed communication and idle time, each measured on the timeline."""
     compute = merge_intervals(timeline.compute)

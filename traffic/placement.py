@@ -2,7 +2,8 @@
 
 - `resolve_placement(fabric, n_ranks, how)`: the `--placement` choice: `block`, `spread`, `pods`,
   `fragmented[:OCCUPANCY[:SEED]]` or a file.
-- `block_placement`: consecutive ranks in equal blocks per host, in host order.
+- `block_placement`: consecutive ranks in equal blocks per host, in host order (several per host when there
+  are more ranks than hosts; the replay plan refuses those that would exchange bytes on one host).
 - `pods_placement`, `fragmented_placement`: a job on whole servers, as a cluster scheduler gives it
   (below); `server_pods`: the fabric's servers by pod.
 - `placement_from_file`: a YAML or JSON mapping rank -> host (a key given twice is an error).
@@ -204,7 +205,14 @@ def block_placement(n_ranks: int, hosts: Sequence[str]) -> Placement:
     """Ranks in blocks of ceil(n_ranks / len(hosts)) consecutive ranks per host, in host order (fewer
     ranks than hosts: one per host, the first n_ranks hosts). Every host used gets the same count, as
     a job has the same number of GPUs per host: a count that would leave the last host partly filled
-    (e.g. 5 ranks on 4 hosts) is an error."""
+    (e.g. 5 ranks on 4 hosts) is an error.
+
+    Several ranks per host are allowed here on purpose: this is a rule over host names, used by the
+    collectives' own tests and by placements whose co-located ranks exchange nothing with one another.
+    A host of the model is one GPU (a server of G GPUs is G hosts), so ranks on one host that do move
+    bytes between them would move them for free; the replay plan, which both backends run, refuses that
+    case, naming the rank and host counts (`traffic.replay.plan`, issue 42, defect 4), as
+    `check_job_fits` refuses a generated step larger than its fabric."""
     if n_ranks < 1:
         raise TransferError(f"n_ranks must be >= 1, got {n_ranks}")
     if not hosts:

@@ -27,6 +27,11 @@ class TraceError(FabriclabError):
 
 Interval = tuple[float, float]  # (start_us, end_us), relative to the step start
 
+#: What a Kineto trace's GPU kernels without a launch event count as (`traffic.traces.kineto`): "leave-out" (the
+#: default, as HolisticTraceAnalysis: a GPU event takes its launch's step, and these have none) or "by-time" (the
+#: step whose window holds the kernel's start, clipped to the step's end).
+LAUNCHLESS_KERNELS = ("leave-out", "by-time")
+
 #: The largest collective a trace may declare: 2^48 bytes (256 TiB), beyond any real training job's buffer
 #: (a 100B-parameter model's fp32 gradients are 4e11 bytes). A size above it, or a negative one, is a corrupt or
 #: hostile trace, refused where it is read.
@@ -44,6 +49,12 @@ def checked_size(where: str, what: str, size_bytes: int) -> int:
     return size_bytes
 
 
+#: the stream of collectives recorded but left out of a replay (`Collective.left_out`): their recorded time
+LEFT_OUT_STREAM = "left-out collectives"
+#: a timed log's step 0 is warm-up where a group's first call took more than this many times that call's median
+WARMUP_RATIO = 10.0
+
+
 @dataclass(frozen=True)
 class Collective:
     kind: str  # one of KINDS
@@ -57,6 +68,12 @@ class Collective:
     # it stands for `count` back-to-back collectives of `size_bytes` each, over `duration_us` together (AICB's
     # `count`; a layer chunk's in-server TP all-reduces); every reader counts and sums bytes with it
     count: int = 1
+    # in a program-ordered step (`Workload.program`): whether the compute after it waits for it to end (SimAI's
+    # blocking forward and input-gradient collectives) or runs on beside it (its non-blocking weight-gradient ones)
+    blocking: bool = True
+    # recorded but not replayed (its group is unknown: an AICB ep_group row without `--ep`): no call is planned for
+    # it, its recorded time stays in the step on stream LEFT_OUT_STREAM, and it is not counted in `bytes_by_kind`
+    left_out: bool = False
 
     @property
     def total_bytes(self) -> int:
@@ -79,6 +96,8 @@ class Step:
     duration_us: float | None  # None where the trace has no timings
     compute: tuple[Interval, ...]  # merged, sorted busy intervals of compute (not communication)
     collectives: tuple[Collective, ...]  # in issue order (by start time where timed)
+    # a timed log's first step that set up communicators (a group's first call > WARMUP_RATIO x its median)
+    warmup: bool = False
 
     @property
     def compute_us(self) -> float:
@@ -99,10 +118,20 @@ class Step:
         """Communication time not hidden behind compute (union of collectives minus compute)."""
         return self.comm_us - overlap_us(self.comm_intervals, self.compute)
 
+    @property
+    def left_out_us(self) -> float:
+        """The recorded time of the collectives left out of a replay (`Collective.left_out`), not under compute:
+        part of `exposed_comm_us`, on its own stream (LEFT_OUT_STREAM)."""
+        spans = merge_intervals([(c.start_us, c.end_us) for c in self.collectives  # type: ignore[misc]
+                                 if c.left_out and c.start_us is not None and c.end_us is not None])
+        return sum(b - a for a, b in spans) - overlap_us(spans, self.compute)
+
     def bytes_by_kind(self) -> dict[str, tuple[int, int]]:
         """kind -> (count, total bytes) in this step."""
         out: dict[str, tuple[int, int]] = {}
         for c in self.collectives:
+            if c.left_out:
+                continue
             n, b = out.get(c.kind, (0, 0))
             out[c.kind] = (n + c.count, b + c.total_bytes)
         return out
@@ -150,6 +179,10 @@ class Workload:
     timed: bool  # whether steps carry the trace's own timings
     notes: tuple[str, ...] = field(default=())  # what the parser assumed or could not know
     training: TrainingInfo | None = None  # a generated training step's model FLOPs, for MFU (None for traces)
+    # untimed, yet each step carries its compute (`Step.compute`, laid out with communication taking no time) and
+    # each collective's place in it (`Collective.start_us`, `blocking`): a step is composed in that order
+    # (`traffic.metrics.compose_program`), not as collectives back to back (SimAI files, generated AICB files)
+    program: bool = False
 
     @property
     def steps(self) -> int:

@@ -111,6 +111,7 @@ class RunOptions:
     repeat: int = 1
     compute_gap_us: float = 0.0
     step_ops: int | None = None
+    launchless_kernels: str | None = None  # Kineto traces: "leave-out" (None: the reader's default) or "by-time"
 
 
     def replay_options(self, routing: str, **emulation: Any) -> Any:
@@ -121,7 +122,7 @@ class RunOptions:
         return ReplayOptions(ranks=self.ranks, placement=self.placement, algorithm=self.algorithm,
                              channels=self.channels, repeat=self.repeat, compute_gap_us=self.compute_gap_us,
                              step_ops=self.step_ops, ports=default_ports(routing, self.ports), seed=self.seed,
-                             **emulation)
+                             launchless_kernels=self.launchless_kernels, **emulation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,12 +210,14 @@ class Resolved:
     channels_per_nic: str = "one ring per group"  # not one channel per NIC yet
     pxn: str = "off"
     sim_model: str = "exact"
+    launchless_kernels: str | None = None  # Kineto traces: as asked (None: "leave-out", the reader's default)
     why: tuple[str, ...] = ()  # how each auto choice came out
 
     def replay_options(self) -> Any:
         """`traffic.replay.ReplayOptions` of this run."""
         return RunOptions(self.ranks, self.placement, self.algorithm, self.channels, self.ports, self.seed,
-                          self.repeat, self.compute_gap_us, self.step_ops).replay_options(self.routing)
+                          self.repeat, self.compute_gap_us, self.step_ops,
+                          launchless_kernels=self.launchless_kernels).replay_options(self.routing)
 
     def sim_options(self) -> Any:
         """The simulator's options of this run (`fabric.flowsim.SimOptions`)."""
@@ -262,7 +265,8 @@ def resolve(spec: RunSpec, gpus: int, topology: str, routing: str, extra: str = 
                     repeat=o.repeat, compute_gap_us=o.compute_gap_us, step_ops=o.step_ops,
                     per_transfer_us=m.per_transfer_us, per_hop_us=m.per_hop_us, resolution_us=resolution,
                     poll_ms=m.poll_ms, forwarding=m.forwarding, lockstep=lockstep, all_to_all=m.all_to_all,
-                    all_to_all_exact_max_ranks=A2A_EXACT_MAX, why=tuple(why))
+                    all_to_all_exact_max_ranks=A2A_EXACT_MAX, launchless_kernels=o.launchless_kernels,
+                    why=tuple(why))
 
 
 def job_gpus(workload: Any, hosts: int, ranks: int | None) -> int:

@@ -15,6 +15,12 @@ on its agents).
   never touch the fabric (no connections) and take size x 8 / `Fabric.nvlink_bps` (between GPUs of a
   server; 0 on one host). A template whose transfers are all local has `local_us`: its DAG's critical
   path at that rate (each GPU's NVLink taken as its own: no contention inside a server).
+- **Shared hosts**: a host is one GPU, so ranks on one host that move bytes between them (e.g. 24 ranks on
+  16 hosts under block placement) are refused, naming both counts (`_shared_host_notes`); ranks that share
+  a host but exchange nothing with one another, and in-server NVLink transfers, are noted.
+- **Empty collectives**: a collective of 0 bytes but a send_recv or barrier has no transfer, as NCCL
+  discards it (`traffic.collectives.discarded`, which cites NCCL's source): its template has `local_us` 0
+  on any fabric, so both backends end its calls as they start (no agent is involved) and a note counts them.
 - **Counts**: a collective with `count` > 1 (back-to-back collectives of its size) is one call standing
   for all of them (`Call.count`) when its template is all local (its time: `count x local_us`), else
   `count` calls one after the other on its stream.
@@ -54,7 +60,7 @@ from fabric.routing import PathTable, plan_entropy
 from fabric.transfers import Placement, TransferColumns, TransferError
 from traffic import collectives
 from traffic.placement import check_job_fits, check_placement, groups_by, resolve_placement
-from traffic.workload import Collective, Workload
+from traffic.workload import LAUNCHLESS_KERNELS, Collective, Workload
 
 #: The fastest host NIC runs at this rate by default (the link scale). Measured on the 2-core machine,
 #: with every host busy on both planes, the replay agents and the controller: a ring all-reduce on
@@ -99,6 +105,7 @@ class ReplayOptions:
     compute: str = "composed"  # or "slept": sleep compute gaps at the dilation (slow)
     compute_gap_us: float = 0.0  # compute before each collective, for traces without timings
     step_ops: int | None = None  # NCCL logs: collectives per step (None: the steps the reader finds)
+    launchless_kernels: str | None = None  # Kineto: GPU kernels without a launch (None: "leave-out"; "by-time")
     port: int = 7000  # the agents' first data port (one per stream lane)
     ports: str = "planned"  # source ports: "planned" (channel c on the c-th path) or "hashed" (as the OS picks)
     seed: int = 0  # for hashed source ports
@@ -125,6 +132,9 @@ class ReplayOptions:
             raise ReplayError(f"--compute-gap-us must be >= 0, got {self.compute_gap_us}")
         if self.step_ops is not None and self.step_ops < 1:
             raise ReplayError(f"--step-ops must be >= 1, got {self.step_ops}")
+        if self.launchless_kernels is not None and self.launchless_kernels not in LAUNCHLESS_KERNELS:
+            raise ReplayError(f"--launchless-kernels must be one of {', '.join(LAUNCHLESS_KERNELS)}, got "
+                              f"{self.launchless_kernels!r}")
         if self.ports not in ("planned", "hashed"):
             raise ReplayError(f"--ports must be planned or hashed, got {self.ports!r}")
 
@@ -143,8 +153,14 @@ class Template:
     dag: TransferColumns
     lane: int = 0  # the connections it uses: one set per stream of the trace
     # real microseconds, for a template whose transfers are all in-server (servers of > 1 GPU): the
-    # critical path of its DAG at the NVLink rate; None: some transfer crosses the fabric
+    # critical path of its DAG at the NVLink rate; 0 for a discarded (empty) collective, on any fabric;
+    # None: some transfer crosses the fabric
     local_us: float | None = None
+
+    @property
+    def discarded(self) -> bool:
+        """An empty collective NCCL discards (`traffic.collectives.discarded`): no transfer, no time."""
+        return collectives.discarded(self.kind, self.size_bytes)
 
     @property
     def transfer_count(self) -> int:
@@ -240,6 +256,8 @@ def _global_calls(workload: Workload) -> list[list[tuple[Collective, list[tuple[
                 continue
             count: dict[int, int] = defaultdict(int)
             for i, c in enumerate(rt.steps[s].collectives):
+                if c.left_out:  # recorded only: its recorded time stays in the composed step
+                    continue
                 g = group(c.group_ranks)
                 key = (g, count[g])
                 count[g] += 1
@@ -262,7 +280,9 @@ def _call_deps(step_calls: list[tuple[Collective, list[tuple[int, int]]]], timed
     """Per call of a step (by position), the positions of the calls in the step it waits for: on each of its
     ranks, the rank's previous call on the same stream and, in a timed trace, on each of the rank's other
     streams the last call that had ended before it started (calls on one rank's stream run one after the
-    other, so the earlier ones are implied). A trace without timings runs its calls one after the other.
+    other, so the earlier ones are implied). A trace without timings runs each rank's calls one after the
+    other, in the step's order: calls of other groups at the same place (the SPMD ranks of an AICB or SimAI
+    file) run at once, as they would.
 
     Dependencies go through the ranks a call has: a call of other ranks that ended before it started is
     not waited for unless a chain of calls over shared ranks leads to it (that is how one rank's progress
@@ -271,17 +291,17 @@ def _call_deps(step_calls: list[tuple[Collective, list[tuple[int, int]]]], timed
     deps: list[tuple[int, ...]] = []
     # (rank, stream) -> (running maximum of the recorded ends, positions), in the stream's order
     chain: dict[tuple[int, str], tuple[list[float], list[int]]] = {}
+    last_of_rank: dict[int, int] = {}  # untimed: each rank's last call so far
     streams: dict[int, list[str]] = defaultdict(list)
     for i, (c, members) in enumerate(step_calls):
         d: set[int] = set()
-        if not timed:
-            if i:
-                d.add(i - 1)
         start = c.start_us
         for r, _ in members:
             mine = chain.get((r, c.stream))
             if mine is not None:
                 d.add(mine[1][-1])
+            if not timed and r in last_of_rank:
+                d.add(last_of_rank[r])
             if timed and start is not None:
                 for st in streams[r]:
                     if st == c.stream:
@@ -292,6 +312,7 @@ def _call_deps(step_calls: list[tuple[Collective, list[tuple[int, int]]]], timed
                         d.add(pos[k - 1])
         end = c.end_us if c.end_us is not None else math.inf
         for r, _ in members:
+            last_of_rank[r] = i
             mine = chain.get((r, c.stream))
             if mine is None:
                 mine = chain[(r, c.stream)] = ([], [])
@@ -403,6 +424,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     g = fabric.gpus_per_server
     server = np.asarray([fabric.server_of(h.name) for h in fabric.hosts], dtype=np.int64)  # by host position
     host_pairs = [_host_pairs(d, placement, pos, server) for d in dags]
+    notes.extend(_shared_host_notes(workload, fabric, placement, dags, dag_of, pos, host_pairs, options.placement))
     if options.dilation is not None:
         dilation = options.dilation
         bytes_scale = dilation * scale / 1000
@@ -420,7 +442,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
         d = dag_of[(kind, size_real, ranks)]
         a, b, remote = host_pairs[d]
-        local_us = local_path_us(dags[d], placement, pos, server, fabric.nvlink_bps) if g > 1 and not remote.size else None
+        local_us = (local_path_us(dags[d], placement, pos, server, fabric.nvlink_bps)
+                    if (g > 1 or not len(dags[d])) and not remote.size else None)  # an empty DAG: 0
         templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
                                   dags[d], lane, local_us))
         pair_keys.append(pair_key(n_hosts, a, b, lane))
@@ -463,9 +486,18 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                 previous = sorted(last[j] for j in range(len(scalls)) if not waited[j])
     if not calls:
         raise ReplayError(f"{workload.source}: no collectives to replay")
-    if not workload.timed:
+    empty = sum(c.count for c in calls if templates[c.template].discarded)
+    if empty:
+        notes.append(f"{empty} collective(s) of 0 bytes discarded, as NCCL does ({collectives.NCCL_DISCARDS_EMPTY}): "
+                     "no transfer, no time; a 0-byte send_recv keeps its latency")
+    if workload.program and not workload.timed:
+        notes.append("the file has no communication times: collectives replayed one after another, each alone on the "
+                     "fabric; the step composed from the file's own compute in its order (compute after a blocking "
+                     "collective waits for it, compute after a non-blocking one runs beside it)")
+    elif not workload.timed:
         notes.append("the trace has no timings: collectives replayed one after another, compute "
-                     f"{options.compute_gap_us:g} us before each (--compute-gap-us)")
+                     f"{options.compute_gap_us:g} us before each" + (" (--compute-gap-us)" if workload.format == "nccl-log"
+                                                                    else f" (a {workload.format} file without compute)"))
     return ReplayPlan(workload, fabric, options, placement, dilation, bytes_scale, tuple(templates), tuple(calls),
                       table, tuple(notes))
 
@@ -518,6 +550,65 @@ def _host_pairs(dag: TransferColumns, placement: Placement, pos: dict[str, int],
     a, b = _rank_hosts(dag, placement, pos)
     remote = np.flatnonzero(a != b if server is None else server[a] != server[b])
     return a[remote], b[remote], remote
+
+
+def _shared_host_notes(workload: Workload, fabric: Fabric, placement: Placement, dags: Sequence[TransferColumns],
+                       dag_of: dict[tuple[str, int, tuple[int, ...]], int], pos: dict[str, int],
+                       host_pairs: Sequence[tuple[IntArray, IntArray, IntArray]], how: str) -> list[str]:
+    """Refuse ranks that share a host and move bytes between them (issue 42, defect 4), else the notes on
+    which case applies.
+
+    A host of the model is one GPU and its NIC on every fabric (a server of G GPUs is G hosts), so two
+    ranks on one host are two ranks on one GPU, which NCCL refuses ("Duplicate GPU detected"), and the
+    bytes between them would move in no time (a 16 MiB all-reduce in 0.001 us, busbw in Pbit/s): a
+    `ReplayError` naming the rank and host counts. Ranks that share a host but exchange no bytes with one
+    another (a placement file may put them so) share its NIC and nothing runs for free: a note. On servers
+    of G > 1 GPUs, transfers between two GPUs of one server (two hosts) run over NVLink at
+    `Fabric.nvlink_gbps` (`local_path_us`, `fabric.flowsim.executor`): a note says so."""
+    n = workload.world_size
+    on: dict[str, list[int]] = {}
+    for rank, host in enumerate(placement.hosts[:n]):
+        on.setdefault(host, []).append(rank)
+    crowded = {h: rs for h, rs in on.items() if len(rs) > 1}
+
+    def listed(ranks: list[int]) -> str:
+        return ", ".join(map(str, ranks[:4])) + (", ..." if len(ranks) > 4 else "")
+
+    if crowded:  # else no transfer can have both ends on one host
+        for (kind, size, ranks), d in dag_of.items():
+            a, b = _rank_hosts(dags[d], placement, pos)
+            free = np.flatnonzero((a == b) & (dags[d].size_bytes > 0))
+            if not free.size:
+                continue
+            src, dst = int(dags[d].src[free[0]]), int(dags[d].dst[free[0]])
+            host = placement.host(src)
+            hosts, g = len(fabric.hosts), fabric.gpus_per_server
+            gpus = (f"{fabric.name}'s servers of {g} GPUs are {g} hosts each, joined by NVLink" if g > 1
+                    else f"{fabric.name} has one GPU per server and no NVLink model")
+            raise ReplayError(
+                f"{n} ranks on {hosts} hosts: {len(on[host])} ranks would share a host ({host}: ranks "
+                f"{listed(on[host])}; --placement {how}), and the {kind} of {size} bytes over {len(ranks)} ranks "
+                f"would move bytes between ranks {src} and {dst} for free; this fabric's hosts carry 1 GPU each "
+                f"({gpus}) and NCCL refuses two ranks on one GPU. Give at most {hosts} ranks (--ranks, or "
+                f"--world-size for an AICB/SimAI file), a fabric of at least {n} hosts, or a placement with one "
+                f"rank per host")
+    notes = []
+    if crowded:
+        host = next(iter(crowded))
+        notes.append(f"{len(crowded)} host(s) hold several ranks (e.g. {host}: ranks {listed(crowded[host])}) that "
+                     "exchange no bytes with one another: they share the host's NIC; nothing runs for free")
+    in_server = False
+    if fabric.gpus_per_server > 1:
+        for dag, (_, _, remote) in zip(dags, host_pairs):
+            local = dag.size_bytes > 0
+            local[remote] = False
+            if local.any():  # with no host shared (checked above), between two GPUs of one server
+                in_server = True
+                break
+    if in_server:
+        notes.append(f"in-server: transfers between two GPUs of one server (one rank per GPU) run over NVLink at "
+                     f"{fabric.nvlink_gbps:g} Gbit/s per GPU each way, not over the fabric")
+    return notes
 
 
 def local_path_us(dag: TransferColumns, placement: Placement, pos: dict[str, int], server: IntArray,

@@ -9,8 +9,10 @@ per collective, composed step timelines, and the run's description.
   `traffic.metrics.compose_step` with the measured durations of its collectives; step, compute,
   exposed communication and idle time are measured on that timeline. A data-parallel trace mapped onto
   N ranks has N identical ranks: one timeline stands for all (rank -1). A multi-rank trace gets one row
-  per rank plus the job's as rank -1 (`job_step`: the slowest rank's step time, the ranks' mean split). A trace without timings composes compute gaps of
-  `compute_gap_us` before each collective, one after the other.
+  per rank plus the job's as rank -1 (`job_step`: the slowest rank's step time, the ranks' mean split). A
+  program-ordered file (`Workload.program`: SimAI, a generated AICB workload) is composed in its own order
+  (`traffic.metrics.compose_program`); another trace without timings composes compute gaps of `compute_gap_us`
+  before each collective, one after the other.
 - What only a backend can measure (its links over time, its fidelity, faults and reroutes) comes in its
   `traffic.replay.timings.BackendRun`: the emulation's from port counters and the CPU
   (`traffic.replay.emulated`), the simulator's from its load log (`traffic.replay.simulate`).
@@ -36,7 +38,8 @@ def collective_results(plan: ReplayPlan, timings: RunTimings) -> list[Collective
     out = []
     for call, tm in zip(plan.calls, timings.calls):
         t = plan.templates[call.template]
-        emu_s = max(tm.end_s - tm.start_s, 1e-9)
+        # a discarded (empty) collective takes no time (`Template.discarded`); any other at least 1 ns
+        emu_s = 0.0 if t.discarded else max(tm.end_s - tm.start_s, 1e-9)
         real_us = emu_s / plan.dilation * 1e6
         n = len(t.ranks)
         size = t.size_bytes * call.count
@@ -51,11 +54,12 @@ def collective_results(plan: ReplayPlan, timings: RunTimings) -> list[Collective
 
 
 def _compose(step: Step, durations_us: list[float], timed: bool,
-             gap_us: float) -> tuple[metrics.StepTimes, dict[str, float]]:
+             gap_us: float, program: bool = False) -> tuple[metrics.StepTimes, dict[str, float]]:
     """The step's times and its exposed communication by stream."""
     streams = [c.stream for c in step.collectives]
-    if timed and step.duration_us is not None:
-        timeline = metrics.compose_step(step, durations_us)
+    if timed and step.duration_us is not None or program:
+        timeline = (metrics.compose_program(step, durations_us) if program and not timed
+                    else metrics.compose_step(step, durations_us))
         return metrics.step_times(timeline), metrics.exposed_by_stream(timeline, streams)
     comm = sum(durations_us)
     compute = gap_us * len(durations_us)
@@ -85,7 +89,7 @@ def step_results(plan: ReplayPlan, colls: list[CollectiveResult]) -> list[StepRe
                 step = rt.steps[s]
                 got = measured[(rep, s, rt.rank)]
                 durations = [got.get(i, c.duration_us or 0.0) for i, c in enumerate(step.collectives)]
-                times, by_stream = _compose(step, durations, wl.timed, plan.options.compute_gap_us)
+                times, by_stream = _compose(step, durations, wl.timed, plan.options.compute_gap_us, wl.program)
                 metrics.check_step_identity(times, tolerance_us=1e-3 * max(1.0, times.step_us))
                 rows.append(StepResult(step.number, rep, -1 if mapped else rt.rank, times.step_us, times.compute_us,
                                        times.exposed_comm_us, times.idle_us, step.duration_us, by_stream))

@@ -9,7 +9,8 @@ dependencies, the collective schedules, the placement, the connections), planned
 scale 1000 Mbit/s per Gbit/s, dilation 1: nothing is scaled). Each call becomes one simulator job: its
 collective's transfer DAG at real sizes, placed on the plan's hosts, started once the calls it
 depends on have completed; a call whose collective is all in-server (`Template.local_us`) is a job
-without transfers that takes `count x local_us` (no link carries it), and a mixed one's in-server
+without transfers that takes `count x local_us` (no link carries it; 0 for an empty collective, which NCCL
+discards: `traffic.collectives.discarded`), and a mixed one's in-server
 transfers take their NVLink time (`fabric.flowsim.executor`). The routing policy is the controller's (`fabric.routing.load_policy`),
 driven by the link events given (a link down or up at a real time since the first collective).
 
@@ -146,7 +147,7 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
     a2a: set[tuple[str, int]] = set()  # (model, ranks) of the all-to-alls, for the note
     for call in plan.calls:
         tpl = plan.templates[call.template]
-        if tpl.local_us is not None:  # all in-server: no transfer on the fabric, the NVLink time
+        if tpl.local_us is not None:  # all in-server (or discarded): no transfer on the fabric, the NVLink time
             jobs.append(Job(NO_TRANSFERS, plan.placement, after=call.deps, lane=tpl.lane,
                             hold_s=tpl.local_us * call.count / 1e6))
             continue

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from traffic.collectives import discarded
 from traffic.metrics import (MetricError, Percentiles, StepTimes, algbw_bps, busbw_factor, check_step_identity, mfu,
                              percentiles)
 from traffic.results import CollectiveResult, LinkSeries, RunMeta, RunResult, StepResult
@@ -205,7 +206,9 @@ def _kind_summary(kind: str, colls: Sequence[CollectiveResult]) -> KindSummary:
     top = max((_size_class(c.size_bytes) for c in moved), default=None)
     largest = [c for c in moved if top is not None and _size_class(c.size_bytes) == top]
     return KindSummary(kind=kind, count=len(colls), total_bytes=sum(c.size_bytes for c in colls),
-                       latency_us=percentiles([c.duration_real_us for c in colls]),
+                       # a discarded empty collective (NCCL returns at once) is no latency sample
+                       latency_us=percentiles([c.duration_real_us for c in
+                                               ([c for c in colls if not discarded(c.kind, c.size_bytes)] or colls)]),
                        mean_algbw_bps=_mean([c.algbw_bps for c in moved]),
                        mean_busbw_bps=_mean([c.busbw_bps for c in moved]),
                        largest_class_bytes=top, largest_class_count=len(largest),

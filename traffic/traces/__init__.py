@@ -113,12 +113,16 @@ def llm_workload(cfg: LLMConfig) -> Workload:
 
 
 def load(path: str | Path, *, compute_gap_us: float | None = None,
-         collectives_per_step: int | None = None, world_size: int | None = None) -> Workload:
+         collectives_per_step: int | None = None, world_size: int | None = None,
+         launchless_kernels: str | None = None, ep_size: int | None = None) -> Workload:
     """Read a trace file, or a directory of per-rank trace files of one format, into a Workload.
 
     `compute_gap_us` and `collectives_per_step` apply to NCCL logs only (they have no timings and no step
     markers); passing them for another format is a TraceError. `world_size` applies to AICB CSVs and SimAI
     workloads only (one rank's view of a job): the ranks to map it onto (default: the job's, as the file says).
+    `ep_size` applies to AICB CSVs only: the expert-parallel group's size (AICB's ep_group rows give none).
+    `launchless_kernels` applies to Kineto traces only: "leave-out" (None: the default) or "by-time", what GPU
+    compute kernels without a launch event count as (`traffic.traces.kineto`).
 
     `llm:SPEC` is no file: a transformer training step generated from a model config (`traffic.llm`:
     `llm:PRESET[,key=value...]` or `llm:FILE.yaml[,key=value...]`)."""
@@ -126,9 +130,12 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
         if compute_gap_us is not None or collectives_per_step is not None:
             raise TraceError(f"{path}: compute_gap_us / collectives_per_step (--compute-gap-us / --step-ops) apply to "
                              "NCCL logs only; a generated LLM step has its own compute and steps")
-        if world_size is not None:
-            raise TraceError(f"{path}: world_size applies to AICB and SimAI files only; a generated LLM step takes "
-                             "its ranks from its config")
+        if world_size is not None or ep_size is not None:
+            raise TraceError(f"{path}: world_size / ep_size (--world-size / --ep) apply to AICB and SimAI files only; "
+                             "a generated LLM step takes its ranks and groups from its config")
+        if launchless_kernels is not None:
+            raise TraceError(f"{path}: launchless_kernels (--launchless-kernels) applies to Kineto traces only; a "
+                             "generated LLM step has no trace kernels")
         from traffic.llm import load_config
         return llm_workload(load_config(path[len(LLM_PREFIX):]))
     p = Path(path)
@@ -152,13 +159,19 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
     if world_size is not None and fmt not in ("aicb", "simai"):
         raise TraceError(f"{p}: world_size applies to AICB and SimAI files only (one rank's view of a job); this is "
                          f"a {fmt} trace with its own ranks")
+    if launchless_kernels is not None and fmt != "kineto":
+        raise TraceError(f"{p}: launchless_kernels (--launchless-kernels) applies to Kineto traces only (GPU kernels "
+                         f"without a launch event); this is a {fmt} trace")
+    if ep_size is not None and fmt != "aicb":
+        raise TraceError(f"{p}: ep_size (--ep) applies to AICB CSVs only (their ep_group rows give no size); this is "
+                         f"a {fmt} trace" + (" whose header gives ep" if fmt == "simai" else " with its own groups"))
     if fmt in ("aicb", "simai"):
         if len(files) > 1:
             raise TraceError(f"{p}: a directory of {len(files)} {fmt} files; an {fmt} file describes the whole job, "
                              "load one")
         if fmt == "aicb":
             from traffic.traces.aicb import read_aicb
-            return read_aicb(files[0], world_size=world_size)
+            return read_aicb(files[0], world_size=world_size, ep_size=ep_size)
         from traffic.traces.simai import read_simai
         return read_simai(files[0], world_size=world_size)
     if fmt == "nccl-log":
@@ -167,7 +180,8 @@ def load(path: str | Path, *, compute_gap_us: float | None = None,
                               collectives_per_step=collectives_per_step)
     if fmt == "kineto":
         from traffic.traces.kineto import read_kineto
-        return _merge_ranks([read_kineto(f, in_directory=p.is_dir()) for f in files], p)
+        return _merge_ranks([read_kineto(f, in_directory=p.is_dir(), launchless_kernels=launchless_kernels or
+                                         "leave-out") for f in files], p)
     try:
         from traffic.traces.chakra import read_chakra
     except ImportError as exc:
@@ -216,6 +230,8 @@ class StepSummary:
     exposed_comm_us: float | None  # None where the trace has no timings
     exposed_comm_share: float | None  # exposed communication / step duration, as recorded
     kinds: tuple[KindSummary, ...]
+    warmup: bool = False  # the step set up communicators (`Step.warmup`)
+    left_out_us: float = 0.0  # of the exposed communication, collectives recorded but left out (`Step.left_out_us`)
 
     @property
     def collectives(self) -> int:
@@ -229,7 +245,8 @@ class StepSummary:
         return {"rank": self.rank, "step": self.number, "duration_us": self.duration_us,
                 "compute_us": self.compute_us, "exposed_comm_us": self.exposed_comm_us,
                 "exposed_comm_share": self.exposed_comm_share, "collectives": self.collectives,
-                "size_bytes": self.size_bytes, "by_kind": [k.to_dict() for k in self.kinds]}
+                "size_bytes": self.size_bytes, "by_kind": [k.to_dict() for k in self.kinds],
+                "warmup": self.warmup, "left_out_us": self.left_out_us}
 
 
 @dataclass(frozen=True)
@@ -260,7 +277,8 @@ def summarize(workload: Workload) -> TraceSummary:
             share = None
             if exposed is not None and s.duration_us:
                 share = exposed / s.duration_us
-            rows.append(StepSummary(r.rank, s.number, s.duration_us, s.compute_us, exposed, share, kinds))
+            rows.append(StepSummary(r.rank, s.number, s.duration_us, s.compute_us, exposed, share, kinds, s.warmup,
+                                    s.left_out_us if workload.timed else 0.0))
     return TraceSummary(workload.name, workload.source, workload.format, workload.world_size,
                         tuple(r.rank for r in workload.ranks), workload.steps, workload.timed, tuple(rows),
                         workload.notes)

@@ -22,12 +22,19 @@ Micro-benchmark files have no `comm_group_size` column.
   send_recv with the next / previous stage's rank of the same pipeline, listed by both of its ranks (the sender's
   isend, the receiver's irecv: the replay pairs a group's k-th calls of its ranks into one transfer); one off
   either end of the pipeline is skipped (AICB skips it too), noted.
-- Steps end at `CommType.epoch_end` rows. `init`/`init.*` rows are set-up, not steps: left out, noted.
+- Steps end at `CommType.epoch_end` rows. `init`/`init.*` rows are set-up, not steps: left out, noted. Rows after
+  the last epoch_end (a cut file) are a partial step: left out, noted; a section without epoch_end is one step,
+  noted. In a timed log step 0 is marked warm-up (`Step.warmup`) where a group's first call took more than
+  WARMUP_RATIO x that call's median over the later steps (NCCL creates communicators at their first call).
+- ep_group rows carry no comm_group_size (AICB's generator writes none): `ep_size` (`--ep`) gives it, checked
+  (it divides the job, each ep all-to-all splits into ep equal parts); without it they are left out
+  (`Collective.left_out`, stream LEFT_OUT_STREAM), their recorded time kept in the step, and noted.
 - Timings: `_elapsed_time` is in milliseconds; an `epoch_end` row's is the step's time. Where the rows have
   them (a log of an AICB run) the workload is timed: the step lasts its epoch's time, its compute is that time
   minus the rows' times (computation rows are compute where they are), spread evenly before its collectives,
   which run back to back for their own elapsed times. Without (a generated workload),
-  timed=False and no compute.
+  timed=False; its computation rows' times (AIOB), if any, are its compute in row order, each collective waited
+  for where it stands (program=True); else no compute.
 - Bad rows are TraceErrors naming file:line and the field; nothing half-read is returned.
 """
 from __future__ import annotations
@@ -44,7 +51,8 @@ from typing import Iterator
 
 from traffic.parallel import ParallelError, ParallelGrid
 from traffic.traces.files import open_trace, read_error
-from traffic.workload import Collective, RankTrace, Step, TraceError, Workload, checked_size, merge_intervals
+from traffic.workload import (LEFT_OUT_STREAM, WARMUP_RATIO, Collective, RankTrace, Step, TraceError, Workload,
+                              checked_size, merge_intervals)
 
 #: The start of AICB's CSV header (how `traffic.traces.detect_format` recognises the format).
 HEADER_START = "comm_type,comm_group,"
@@ -92,14 +100,20 @@ class _Section:
     listed: tuple[int, ...] = ()  # the ranks its `[ pp_stageK: [...]]` line lists
 
 
-def read_aicb(path: Path, *, world_size: int | None = None) -> Workload:
-    """Every rank's steps from one AICB CSV (see the module docstring); `world_size` maps it onto that many ranks."""
-    if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)
-                                   or not 1 <= world_size <= MAX_RANKS):
-        raise TraceError(f"{path}: world_size must be an integer from 1 to {MAX_RANKS}, got {world_size!r}")
+def read_aicb(path: Path, *, world_size: int | None = None, ep_size: int | None = None) -> Workload:
+    """Every rank's steps from one AICB CSV (see the module docstring); `world_size` maps it onto that many ranks;
+    `ep_size` is the expert-parallel group's size, which AICB's ep_group rows do not give."""
+    for name, value in (("world_size", world_size), ("ep_size", ep_size)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= MAX_RANKS):
+            raise TraceError(f"{path}: {name} must be an integer from 1 to {MAX_RANKS}, got {value!r}")
     sections, listed_world = _read(path)
     notes: list[str] = []
-    grid = _grid(path, sections, world_size, listed_world, notes)
+    grid = _grid(path, sections, world_size, listed_world, notes, ep_size)
+    if ep_size is not None:
+        _check_all_to_alls(path, sections, grid.ep)
+    leave_out_ep = ep_size is None and not any(r.axis == "ep" and r.group_size is not None
+                                               for sec in sections for r in sec.rows)
     if world_size is None or world_size == listed_world:
         for sec in sections:
             if sec.stage is not None and sec.listed != tuple(_stage_ranks(grid, sec.stage)):
@@ -112,11 +126,16 @@ def read_aicb(path: Path, *, world_size: int | None = None) -> Workload:
                          "collectives a workload may hold")
     timed = _timed(path, sections)
     stats = _Stats()
+    stats.leave_out_ep = leave_out_ep
+    program = not timed and any(r.comm_type == "computation" and (r.elapsed_ms or 0.0) > 0
+                                for sec in sections for r in sec.rows)
     steps: dict[int, list[Step]] = {r: [] for r in range(grid.world)}
     for sec in sections:
         stages = [sec.stage] if sec.stage is not None else list(range(grid.pp))
-        for number, segment in enumerate(_segments(sec.rows, stats)):
-            _build(path, segment, number, stages, grid, timed, stats, steps)
+        segments = _segments(sec.rows, stats, sec.stage)
+        warmup = timed and _warmup(segments, stats, sec.stage)
+        for number, segment in enumerate(segments):
+            _build(path, segment, number, stages, grid, timed, program, stats, steps, warmup and number == 0)
     ranks = [RankTrace(r, tuple(steps[r])) for r in range(grid.world)]
     if not any(s.collectives for r in ranks for s in r.steps):
         raise TraceError(f"{path}: no collectives on a group of 2 or more ranks outside set-up (init) rows: "
@@ -124,9 +143,9 @@ def read_aicb(path: Path, *, world_size: int | None = None) -> Workload:
     notes.insert(0, f"AICB CSV: one rank's view per pipeline stage, run by every rank of the stage (SPMD), on "
                     f"its own groups in Megatron-Core order tp-cp-dp-pp (tp={grid.tp}, pp={grid.pp}, dp={grid.dp}, "
                     f"ep={grid.ep}; world {grid.world})")
-    notes.extend(stats.notes(timed))
+    notes.extend(stats.notes(timed, program))
     return Workload(name=path.name.split(".")[0], source=str(path), format="aicb", world_size=grid.world,
-                    ranks=tuple(ranks), timed=timed, notes=tuple(notes))
+                    ranks=tuple(ranks), timed=timed, notes=tuple(notes), program=program)
 
 
 # --- reading -------------------------------------------------------------------------------------------------------
@@ -272,7 +291,7 @@ def _int(where: str, field: str, raw: str) -> int:
 # --- the grid ------------------------------------------------------------------------------------------------------
 
 def _grid(path: Path, sections: list[_Section], world_size: int | None, listed_world: int | None,
-          notes: list[str]) -> ParallelGrid:
+          notes: list[str], ep_size: int | None = None) -> ParallelGrid:
     seen: dict[str, tuple[int, int]] = {}  # axis -> (size, line where first seen)
     for sec in sections:
         for r in sec.rows:
@@ -296,6 +315,11 @@ def _grid(path: Path, sections: list[_Section], world_size: int | None, listed_w
         raise TraceError(f"{path}:{seen['pp'][1]}: pp_group of {seen['pp'][0]} ranks, but the file has {pp} "
                          "pipeline stage sections")
     ep = seen.get("ep", (1, 0))[0]
+    if ep_size is not None:
+        if "ep" in seen and seen["ep"][0] != ep_size:
+            raise TraceError(f"{path}:{seen['ep'][1]}: comm_group_size {seen['ep'][0]} for ep_group, but --ep "
+                             f"(ep_size) is {ep_size}")
+        ep = ep_size
     etp = seen["etp"][0] if "etp" in seen else None
     if world_size is None:
         if listed_world is None and not seen:
@@ -307,6 +331,8 @@ def _grid(path: Path, sections: list[_Section], world_size: int | None, listed_w
     if world % (tp * pp):
         raise TraceError(f"{path}: world size {world} is not a multiple of tp x pp = {tp} x {pp}")
     dp = world // (tp * pp)
+    if ep_size is not None and world % ep_size:
+        raise TraceError(f"{path}: --ep (ep_size) {ep_size} does not divide the job's {world} ranks")
     if "dp" in seen and seen["dp"][0] != dp:
         if world_size is None:
             raise TraceError(f"{path}:{seen['dp'][1]}: dp_group of {seen['dp'][0]} ranks, but the job's "
@@ -317,7 +343,8 @@ def _grid(path: Path, sections: list[_Section], world_size: int | None, listed_w
     try:
         grid = ParallelGrid(tp=tp, pp=pp, dp=dp, ep=ep, etp=etp)
     except ParallelError as exc:
-        raise TraceError(f"{path}: the groups' sizes make no Megatron grid: {exc}") from None
+        raise TraceError(f"{path}: the groups' sizes make no Megatron grid"
+                         f"{f' with --ep {ep_size}' if ep_size is not None else ''}: {exc}") from None
     if "edp" in seen and seen["edp"][0] != grid.edp:
         raise TraceError(f"{path}:{seen['edp'][1]}: ep_dp_group of {seen['edp'][0]} ranks, but the grid's expert "
                          f"data parallelism is {grid.edp}")
@@ -342,23 +369,53 @@ def _is_init(r: _Row) -> bool:
 
 # --- steps ---------------------------------------------------------------------------------------------------------
 
+def _check_all_to_alls(path: Path, sections: list[_Section], ep: int) -> None:
+    """With the ep group's size given: each ep all-to-all's buffer splits into one equal part per rank of it."""
+    for sec in sections:
+        for r in sec.rows:
+            if r.axis == "ep" and r.comm_type == "all_to_all" and r.size_bytes % ep:
+                raise TraceError(f"{path}:{r.line}: all_to_all of {r.size_bytes} bytes on an ep group of {ep} "
+                                 f"ranks (--ep) does not split into {ep} equal parts: not this group's size")
+
+
 class _Stats:
     def __init__(self) -> None:
         self.init_rows = 0
         self.init_bytes = 0
         self.skipped: dict[str, int] = {}  # rows left out per stage: sends off the pipeline's end, 1-rank groups
         self.clamped = 0
+        self.leave_out_ep = False  # ep_group rows without a size and no --ep: recorded, not replayed
+        self.ep_rows = 0  # of those, on the first rank of each stage: rows, collectives, bytes, recorded ms
+        self.ep_calls = 0
+        self.ep_bytes = 0
+        self.ep_ms = 0.0
+        self.cut: list[tuple[int | None, int]] = []  # (stage, rows) after a section's last epoch_end
+        self.no_epoch: list[int | None] = []  # stages without any epoch_end: their rows are one step
+        self.warmup: list[str] = []
 
-    def notes(self, timed: bool) -> list[str]:
+    def notes(self, timed: bool, program: bool) -> list[str]:
         out = []
         if self.init_rows:
             out.append(f"{self.init_rows} set-up row(s) (stage init / init.*, {self.init_bytes} bytes) left out: "
                        "they run once, before training")
+        if self.ep_rows:
+            recorded = f", {self.ep_ms:.6g} ms recorded" if timed else ""
+            out.append(f"{self.ep_rows} ep_group row(s) ({self.ep_calls} collective(s), {self.ep_bytes} bytes{recorded}"
+                       ") left out: AICB writes no size for the expert-parallel group; give it with --ep N (ep_size)"
+                       + (f"; their recorded time stays in the step as '{LEFT_OUT_STREAM}', neither compute nor "
+                          "idle" if timed else ""))
         for what, n in sorted(self.skipped.items()):
             if what.startswith(("send_", "recv_")):
                 out.append(f"{n} {what} row(s) left out on the pipeline stage at that end (no peer there)")
             else:
                 out.append(f"{n} row(s) on a {what} left out (no traffic)")
+        for stage, n in self.cut:
+            where = f"pp_stage{stage}: " if stage is not None else ""
+            out.append(f"{where}{n} row(s) after the last epoch_end left out: a partial step (the file was cut)")
+        for stage in self.no_epoch:
+            where = f"pp_stage{stage}: " if stage is not None else ""
+            out.append(f"{where}no epoch_end row: all its rows read as one step")
+        out.extend(self.warmup)
         if timed:
             out.append("timed from _elapsed_time (ms): each step lasts its epoch_end row's time; its compute is that "
                        "time minus its rows' times, spread evenly before its collectives, which run back to back; "
@@ -366,33 +423,69 @@ class _Stats:
             if self.clamped:
                 out.append(f"{self.clamped} step(s) whose rows take longer than the epoch's time: no compute, the "
                            "step lasts its rows' times")
+        elif program:
+            out.append("no communication times (_elapsed_time None: a generated workload); compute from its computation "
+                       "rows (AIOB times, ms), in row order; each collective waited for where it stands")
         else:
             out.append("no timings (_elapsed_time None: a generated workload); no compute")
         return out
 
 
-def _segments(rows: list[_Row], stats: _Stats) -> list[tuple[list[_Row], float | None]]:
-    """The section's steps: (rows, epoch time in ms) per epoch_end, set-up rows left out."""
+def _segments(rows: list[_Row], stats: _Stats, stage: int | None) -> list[tuple[list[_Row], float | None]]:
+    """The section's steps: (rows, epoch time in ms) per epoch_end, set-up rows left out; rows after the last
+    epoch_end (a cut file) left out; a section without epoch_end is one step."""
     out: list[tuple[list[_Row], float | None]] = []
     current: list[_Row] = []
+    ended = False
     for r in rows:
         if _is_init(r):
             stats.init_rows += 1
             stats.init_bytes += r.size_bytes * r.count
             continue
         if r.comm_type == "epoch_end":
+            ended = True
             if current:
                 out.append((current, r.elapsed_ms))
             current = []
             continue
         current.append(r)
-    if current:
+    if current and ended:
+        stats.cut.append((stage, len(current)))
+    elif current:
+        stats.no_epoch.append(stage)
         out.append((current, None))
     return out
 
 
+def _warmup(segments: list[tuple[list[_Row], float | None]], stats: _Stats, stage: int | None) -> bool:
+    """Whether step 0 set up communicators: a group's first call in it took more than WARMUP_RATIO x the median of
+    that call (the group's first) over the later steps (NCCL creates a communicator at its first call)."""
+    if len(segments) < 2:
+        return False
+    firsts: list[dict[tuple[str | None, str], float]] = []
+    for rows, _ in segments:
+        first: dict[tuple[str | None, str], float] = {}
+        for r in rows:
+            if r.comm_type in _KINDS and r.elapsed_ms is not None:
+                first.setdefault((r.axis, r.comm_type), r.elapsed_ms)
+        firsts.append(first)
+    for key, ms in firsts[0].items():
+        later = sorted(f[key] for f in firsts[1:] if key in f)
+        if not later:
+            continue
+        median = later[len(later) // 2] if len(later) % 2 else (later[len(later) // 2 - 1] + later[len(later) // 2]) / 2
+        if ms > WARMUP_RATIO * median:
+            where = f"pp_stage{stage}: " if stage is not None else ""
+            stats.warmup.append(f"{where}step 0 marked warm-up: its first {key[0]}_group {key[1]} took {ms:.6g} ms, "
+                                f"{ms / median:.0f}x that call's median of {median:.6g} ms over the {len(later)} later step(s) "
+                                "(NCCL creates a communicator at its first call)")
+            return True
+    return False
+
+
 def _build(path: Path, segment: tuple[list[_Row], float | None], number: int, stages: list[int],
-           grid: ParallelGrid, timed: bool, stats: _Stats, steps: dict[int, list[Step]]) -> None:
+           grid: ParallelGrid, timed: bool, program: bool, stats: _Stats, steps: dict[int, list[Step]],
+           warmup: bool = False) -> None:
     """Step `number` of every rank of `stages`, from one epoch's rows."""
     rows, epoch_ms = segment
     starts: list[float | None] = [None] * len(rows)
@@ -401,6 +494,8 @@ def _build(path: Path, segment: tuple[list[_Row], float | None], number: int, st
     duration_us = None
     if timed:
         starts, durations, compute, duration_us = _layout(rows, epoch_ms, stats)
+    elif program:
+        starts, compute = _program_layout(rows)
     cache: dict[tuple[int, object], Collective] = {}  # ranks of one group share the Collective
     for st in stages:
         stage_ranks = _stage_ranks(grid, st)
@@ -408,6 +503,16 @@ def _build(path: Path, segment: tuple[list[_Row], float | None], number: int, st
             colls = []
             for i, r in enumerate(rows):
                 if r.comm_type not in _KINDS:
+                    continue
+                if stats.leave_out_ep and r.axis == "ep":
+                    if rank == stage_ranks[0]:
+                        stats.ep_rows += 1
+                        stats.ep_calls += r.count
+                        stats.ep_bytes += r.size_bytes * r.count
+                        stats.ep_ms += r.elapsed_ms or 0.0
+                    colls.append(Collective(_KINDS[r.comm_type], r.size_bytes, "bfloat16", (rank,), LEFT_OUT_STREAM,
+                                            starts[i], durations[i], f"{r.comm_type} {r.stage}".strip(), r.count,
+                                            left_out=True))
                     continue
                 group = _group(path, r, rank, st, grid)
                 if len(group) < 2:
@@ -423,7 +528,23 @@ def _build(path: Path, segment: tuple[list[_Row], float | None], number: int, st
                                    durations[i], f"{r.comm_type} {r.stage}".strip(), r.count)
                     cache[key] = c
                 colls.append(c)
-            steps[rank].append(Step(number, duration_us, compute, tuple(colls)))
+            steps[rank].append(Step(number, duration_us, compute, tuple(colls), warmup))
+
+
+def _program_layout(rows: list[_Row]) -> tuple[list[float | None], tuple[tuple[float, float], ...]]:
+    """An untimed file's computation rows (their AIOB times) laid out in row order, with each collective's place
+    among them (communication taking no time)."""
+    starts: list[float | None] = [None] * len(rows)
+    compute: list[tuple[float, float]] = []
+    t = 0.0
+    for i, r in enumerate(rows):
+        if r.comm_type in _KINDS:
+            starts[i] = t
+        elif r.comm_type == "computation" and (r.elapsed_ms or 0.0) > 0:
+            d = (r.elapsed_ms or 0.0) * 1000.0
+            compute.append((t, t + d))
+            t += d
+    return starts, merge_intervals(compute)
 
 
 def _layout(rows: list[_Row], epoch_ms: float | None, stats: _Stats) -> tuple[

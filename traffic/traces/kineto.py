@@ -45,12 +45,19 @@ What is read (`ts`/`dur` are microseconds; GPU kernels have `pid` = device, `tid
   launch is not in the trace, its device start); an annotation's collective to the step containing the
   annotation's start (which encloses its kernels' launches). Collectives outside every step are left out (noted).
 - Compute per step: the union of the non-NCCL GPU `kernel` intervals launched in the step (memcpy and memset are
-  not compute); in a trace with no GPU kernels at all, the union of the step's CPU ops (`cpu_op`) that are not
-  communication ops (`c10d::*`, `record_param_comms`) and not inside a collective annotation on their thread.
+  not compute). A compute kernel without a launch event in the trace (no `cuda_runtime`/`cuda_driver` event with its
+  correlation id: launched before the profiler started, or not recorded) has no step and is left out, as
+  HolisticTraceAnalysis does (a GPU event takes the iteration of its correlated CPU launch, else -1:
+  `add_iteration` in hta/common/trace.py); a note gives their count, summed duration, first start and last end.
+  With `launchless_kernels="by-time"` such a kernel goes to the step whose window [start, end) holds its device
+  start, clipped to that step's end, so that it adds no time beyond the step. In a trace with no GPU kernels at
+  all, the union of the step's CPU ops (`cpu_op`) that are not communication ops (`c10d::*`, `record_param_comms`)
+  and not inside a collective annotation on their thread.
   Times are relative to the step start; device work may run past the step's CPU end and is kept as recorded.
 
 Memory grows with steps and collectives (and the merged compute intervals returned), not with events. Pass 1
-keeps steps, collective annotations, NCCL kernels and a bounded sample of the launches' (correlation, ts); pass 2
+keeps steps, collective annotations, NCCL kernels, a bounded sample of the launches' (correlation, ts) and a bitmap
+of their correlation ids (`LaunchIds`: a bit per id over the ids' span); pass 2
 (the file reopened) keeps the launches of the NCCL kernels and folds compute kernels into per-step merged
 intervals. CUPTI correlation ids grow with launch
 time, so the sample tells which step a correlation id belongs to, except in a few narrow id windows around step
@@ -72,7 +79,8 @@ from traffic.traces.kineto_collectives import collectives_into_steps, world_size
 from traffic.traces.kineto_events import (LAUNCH_CATS, NCCL_KERNEL_PREFIXES, STEP_PREFIX, Pass1, distributed_info,
                                           event_args, events, num, pass1, read_header, thread)
 from traffic.traces.kineto_steps import Boundaries, step_index, steps_of
-from traffic.workload import Collective, Interval, RankTrace, Step, TraceError, Workload, merge_intervals
+from traffic.workload import (LAUNCHLESS_KERNELS, Collective, Interval, RankTrace, Step, TraceError, Workload,
+                              merge_intervals)
 
 _COMM_CPU_OPS = ("c10d::", "record_param_comms", "nccl:", "gloo:", STEP_PREFIX)
 
@@ -99,8 +107,13 @@ class _Busy:
         return tuple(self.merged)
 
 
-def read_kineto(path: Path, *, in_directory: bool = False) -> Workload:
-    """One Kineto trace file (one rank) as a Workload; `in_directory` makes a missing rank an error instead of 0."""
+def read_kineto(path: Path, *, in_directory: bool = False, launchless_kernels: str = "leave-out") -> Workload:
+    """One Kineto trace file (one rank) as a Workload; `in_directory` makes a missing rank an error instead of 0;
+    `launchless_kernels` ("leave-out" or "by-time", `LAUNCHLESS_KERNELS`): what compute kernels without a launch
+    event count as (module docstring)."""
+    if launchless_kernels not in LAUNCHLESS_KERNELS:
+        raise TraceError(f"{path}: launchless_kernels (--launchless-kernels) must be one of "
+                         f"{', '.join(LAUNCHLESS_KERNELS)}, got {launchless_kernels!r}")
     header = read_header(path)
     info = distributed_info(header.get("distributedInfo"))
     notes: list[str] = []
@@ -109,11 +122,11 @@ def read_kineto(path: Path, *, in_directory: bool = False) -> Workload:
     steps = steps_of(p1, notes)
     bounds = Boundaries(steps, p1)
     gpu = p1.compute_kernels > 0 or bool(p1.nccl_kernels)
-    launches, busy, unlaunched = _pass2(path, p1, steps, bounds, gpu)
+    by_time = launchless_kernels == "by-time"
+    launches, busy, launchless = _pass2(path, p1, steps, bounds, gpu, by_time)
     tag = f"{path.name}: " if in_directory else ""  # per-file facts, so that a directory's notes say whose
-    if unlaunched:
-        notes.append(f"{tag}{unlaunched} GPU kernel(s) without a launch event in the trace: placed by their "
-                     "device start")
+    if launchless.count:
+        notes.append(f"{tag}{launchless.describe(by_time)}")
     world = world_size(info, p1, rank)
     per_step: list[list[Collective]] = [[] for _ in steps]
     outside = collectives_into_steps(path, p1, launches, steps, bounds, world, per_step, notes, tag)
@@ -160,16 +173,51 @@ def _stem(path: Path) -> str:
 
 # --- pass 2: launches and compute ----------------------------------------------------------------------------------
 
-def _pass2(path: Path, p: Pass1, steps: list[tuple[int, float, float]], bounds: Boundaries,
-           gpu: bool) -> tuple[dict[int, tuple[float, tuple[str, str]]], list[_Busy], int]:
+class _Launchless:
+    """The compute kernels without a launch event in the trace: how many, their summed duration, the first one's
+    start and the last one's end, and (by time) how many started outside every step."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total_us = 0.0
+        self.first_us = float("inf")
+        self.last_us = float("-inf")
+        self.outside = 0
+
+    def add(self, start: float, end: float) -> None:
+        self.count += 1
+        self.total_us += end - start
+        self.first_us = min(self.first_us, start)
+        self.last_us = max(self.last_us, end)
+
+    def describe(self, by_time: bool) -> str:
+        what = (f"{self.count} GPU compute kernel(s) without a launch event in the trace ({_us(self.total_us)} us in "
+                f"all, the first starting at ts {_us(self.first_us)}, the last ending at ts {_us(self.last_us)})")
+        if by_time:
+            outside = f"; {self.outside} outside every step, left out" if self.outside else ""
+            return (f"{what}: put in the step whose window holds their device start, clipped to its end "
+                    f"(--launchless-kernels by-time){outside}")
+        return (f"{what}: left out of compute, as HolisticTraceAnalysis leaves them out of every iteration (a GPU "
+                "kernel belongs to its launch's step); --launchless-kernels by-time puts them in the step whose "
+                "window holds them")
+
+
+def _us(value: float) -> str:
+    """A time in microseconds as a note prints it: up to 3 decimals, no trailing zeros, never an exponent."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def _pass2(path: Path, p: Pass1, steps: list[tuple[int, float, float]], bounds: Boundaries, gpu: bool,
+           by_time: bool) -> tuple[dict[int, tuple[float, tuple[str, str]]], list[_Busy], _Launchless]:
     """Launch (ts, (pid, tid)) of every NCCL kernel, each step's merged compute intervals (absolute times), and
-    how many compute kernels had no launch event in the trace (placed by their own device start)."""
+    the compute kernels that had no launch event in the trace (left out, or `by_time` placed by their device
+    start and clipped to the step's end)."""
     busy = [_Busy() for _ in steps]
     nccl_corrs = {k.correlation for k in p.nccl_kernels if k.correlation is not None}
     launches: dict[int, tuple[float, tuple[str, str]]] = {}
     held: list[tuple[int, float, float]] = []  # compute kernels whose correlation id is ambiguous
     held_launch: dict[int, float] = {}
-    unlaunched = 0
+    launchless = _Launchless()
     annotations = by_thread(p.annotations)
     for ev in events(path):
         cat = ev.get("cat")
@@ -188,15 +236,19 @@ def _pass2(path: Path, p: Pass1, steps: list[tuple[int, float, float]], bounds: 
             start = num(ev, "ts", path)
             end = start + num(ev, "dur", path)
             corr = event_args(ev).get("correlation")
-            if not bounds.linkable or not isinstance(corr, int) or not bounds.has_launch_range(corr):
-                unlaunched += 1  # its launch is not in the trace: placed by its device start
-                region = bounds.region_of_time(start)
-            else:
-                linked = bounds.region_of_correlation(corr)
-                if linked is None:
-                    held.append((corr, start, end))
-                    continue
-                region = linked
+            if not isinstance(corr, int) or corr not in p.launch_ids:  # its launch is not in the trace
+                launchless.add(start, end)
+                if by_time:
+                    index = step_index(bounds.region_of_time(start))
+                    if index is None:
+                        launchless.outside += 1
+                    else:
+                        busy[index].add(start, min(end, steps[index][2]))
+                continue
+            region = bounds.region_of_correlation(corr)
+            if region is None:
+                held.append((corr, start, end))
+                continue
             index = step_index(region)
             if index is not None:
                 busy[index].add(start, end)
@@ -209,11 +261,8 @@ def _pass2(path: Path, p: Pass1, steps: list[tuple[int, float, float]], bounds: 
             index = step_index(bounds.region_of_time(start))
             if index is not None and enclosing(annotations, thread(ev), start, end) is None:
                 busy[index].add(start, end)
-    for corr, start, end in held:
-        launched = held_launch.get(corr)
-        if launched is None:
-            unlaunched += 1
-        index = step_index(bounds.region_of_time(start if launched is None else launched))
+    for corr, start, end in held:  # each has its launch in the trace (`launch_ids`), seen in this pass
+        index = step_index(bounds.region_of_time(held_launch[corr]))
         if index is not None:
             busy[index].add(start, end)
-    return launches, busy, unlaunched
+    return launches, busy, launchless

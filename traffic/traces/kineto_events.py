@@ -1,7 +1,7 @@
 """Reading a Kineto trace: its JSON streamed with ijson (`events`, `read_header`), the fields of an event,
 and pass 1 over the events (`pass1`): steps, collective annotations, NCCL kernels, a bounded sample of the
-launches (see `traffic.traces.kineto`). Parsing uses ijson's C backend (`yajl2_c`) where it is installed,
-else ijson's default (`BACKEND` says which)."""
+launches and the set of their correlation ids (see `traffic.traces.kineto`). Parsing uses ijson's C backend
+(`yajl2_c`) where it is installed, else ijson's default (`BACKEND` says which)."""
 from __future__ import annotations
 
 import ast
@@ -34,6 +34,31 @@ _HEADER_KEYS = frozenset({"distributedInfo"})  # top-level metadata kept from th
 _MAX_SAMPLES = 1 << 13  # launch (correlation, ts) samples kept in pass 1; thinned by half when full
 
 
+class LaunchIds:
+    """The correlation ids of the trace's launch events, a bitmap in blocks of 1024 ids: memory follows the span of
+    the ids (dense in a real trace: 128 bytes per 1024 launches), not an object per launch."""
+
+    _SHIFT = 10
+    _MASK = (1 << _SHIFT) - 1
+
+    def __init__(self) -> None:
+        self._blocks: dict[int, bytearray] = {}
+
+    def add(self, corr: int) -> None:
+        block = self._blocks.get(corr >> self._SHIFT)
+        if block is None:
+            block = self._blocks[corr >> self._SHIFT] = bytearray(1 << (self._SHIFT - 3))
+        bit = corr & self._MASK
+        block[bit >> 3] |= 1 << (bit & 7)
+
+    def __contains__(self, corr: object) -> bool:
+        if not isinstance(corr, int):
+            return False
+        block = self._blocks.get(corr >> self._SHIFT)
+        bit = corr & self._MASK
+        return block is not None and bool(block[bit >> 3] >> (bit & 7) & 1)
+
+
 @dataclass
 class Pass1:
     """What pass 1 keeps of a trace (`pass1`)."""
@@ -49,6 +74,7 @@ class Pass1:
     launches_seen: int = 0
     min_launch: tuple[int, float] | None = None
     max_launch: tuple[int, float] | None = None
+    launch_ids: LaunchIds = field(default_factory=LaunchIds)  # every launch's correlation id
 
 
 def events(path: Path) -> Iterator[dict[str, Any]]:
@@ -157,6 +183,7 @@ def pass1(path: Path) -> Pass1:
 
 
 def _sample(p: Pass1, corr: int, ts: float) -> None:
+    p.launch_ids.add(corr)
     if p.min_launch is None or corr < p.min_launch[0]:
         p.min_launch = (corr, ts)
     if p.max_launch is None or corr > p.max_launch[0]:

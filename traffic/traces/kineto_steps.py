@@ -40,7 +40,6 @@ class Boundaries:
         samples.sort(key=lambda s: s[1])
         self.lo: list[float] = []
         self.hi: list[float] = []
-        self.launch_range = (p.min_launch[0] if p.min_launch else 0, p.max_launch[0] if p.max_launch else -1)
         if not samples:
             return
         ts = [s[1] for s in samples]
@@ -62,11 +61,6 @@ class Boundaries:
     @property
     def linkable(self) -> bool:
         return bool(self.lo)
-
-    def has_launch_range(self, corr: int) -> bool:
-        """Whether `corr` lies within the correlation ids of the trace's launches (outside, the launch was not
-        recorded, e.g. it happened before the profiler started)."""
-        return self.launch_range[0] <= corr <= self.launch_range[1]
 
     def region_of_time(self, t: float) -> int:
         return bisect.bisect_right(self.times, t)

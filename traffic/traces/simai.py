@@ -16,11 +16,21 @@ input-gradient compute time, comm type, size, weight-gradient compute time, comm
   ("dp"); a `_EP` suffix puts it on the expert-parallel group ("ep"), `_DP_EP` on the expert data-parallel group
   ("edp"). In MICRO and DATA files every comm is on the data-parallel group (the whole job). BROADCAST is no
   communication to SimAI (it reads it as none): left out, noted.
-- The step: each layer's forward compute then its collective, in file order; then, layers in reverse, input-
-  gradient compute and collective, weight-gradient compute and collective, weight update. With pp > 1 and a
-  `pp_comm` size, each stage sends pp_comm bytes to the next stage after its forward pass and to the previous
-  one after its backward pass, `ga` times (`Collective.count`), listed by both ranks of the transfer.
-- No communication times: timed=False; compute intervals are laid out with collectives taken as instantaneous.
+- The step, in SimAI's order (`Workload::iterate_hybrid_parallel_Transformer*` in astra-sim-alibabacloud's
+  workload/Workload.cc, aliyun/SimAI cef83f9d): each layer's forward compute then its collective, in file order;
+  then, layers in reverse, input-gradient compute and collective, weight-gradient compute and collective. The
+  compute waits for forward and input-gradient collectives (issued Blocking there) and runs beside weight-gradient
+  ones (Non_Blocking: `Collective.blocking` False); a layer's update time follows each of its blocking comms
+  (Layer::call adds it to the comm's finish). With pp > 1 and a `pp_comm` size, each stage sends pp_comm bytes to
+  the next stage after its forward pass and to the previous one after its backward pass, `ga` times
+  (`Collective.count`: one each way per micro-batch, as Megatron's 1F1B without interleaving), listed by both
+  ranks of the transfer, beside the compute. `vpp` is not applied: AICB's generator writes vpp = the layers per
+  stage (aliyun/aicb utils/utils.py:699 divides num_layers by pp; SimAI_training_workload_generator.py:858
+  writes it), not a virtual-pipeline degree, and AICB has no interleaving option; SimAI's analytical pipeline
+  time multiplies by it (Layer.cc:504), one transfer per layer per micro-batch.
+- No communication times: timed=False, program=True: compute intervals are laid out with collectives taken as
+  instantaneous, and a replay composes the step in that order with the collectives' measured times
+  (`traffic.metrics.compose_program`).
 - Bad lines are TraceErrors naming file:line and the field; nothing half-read is returned.
 """
 from __future__ import annotations
@@ -109,15 +119,15 @@ def read_simai(path: Path, *, world_size: int | None = None) -> Workload:
                 skipped_one += rank == 0
                 return
             hit = cache.get((key, group))
-            if hit is None:
+            if hit is None:  # the compute waits for forward and input-gradient comms (SimAI: Blocking)
                 hit = cache[(key, group)] = Collective(c.kind, c.size_bytes, "unknown", group, c.axis, start, None,
-                                                       key, count)
+                                                       key, count, blocking=c.phase in ("fwd", "ig"))
             colls.append(hit)
 
         def pp_send(key: str, start: float, peers: list[int]) -> None:
             for peer in peers:
                 pair = (rank, peer) if rank < peer else (peer, rank)
-                add(key, _Comm("send_recv", "pp", pp_bytes, key), start, pair, ga)
+                add(key, _Comm("send_recv", "pp", pp_bytes, "pp"), start, pair, ga)
 
         for (key, c), start in zip(_comms(layers), positions):
             if key == "pp:fwd":  # activations forward: sent to the next stage, received from the previous
@@ -136,8 +146,13 @@ def read_simai(path: Path, *, world_size: int | None = None) -> Workload:
     notes.insert(0, f"SimAI workload ({policy}): every rank runs the layers (SPMD) on its own groups in "
                     f"Megatron-Core order tp-cp-dp-pp (tp={grid.tp}, pp={grid.pp}, dp={grid.dp}, ep={grid.ep}; "
                     f"world {grid.world}); one step")
-    notes.append("compute times read as nanoseconds (SimAI ticks); no communication times: collectives taken as "
-                 "instantaneous when laying out compute")
+    notes.append("compute times read as nanoseconds (SimAI ticks), in SimAI's order: per layer forward compute "
+                 "then its comm; layers in reverse, input-gradient compute, its comm, weight-gradient compute, its comm; "
+                 "the compute waits for forward and input-gradient comms (blocking in SimAI), not for weight-gradient "
+                 "ones; a layer's update time follows its blocking comms")
+    if header.get("checkpoints"):
+        notes.append(f"{header['checkpoints']} checkpoint layer(s) in the header: the forward recomputed in the "
+                     "backward pass (SimAI's fwd_in_bckwd) is not modelled")
     if broadcasts[0]:
         notes.append(f"{broadcasts[0]} BROADCAST comm(s) ({broadcasts[1]} bytes) left out: SimAI reads BROADCAST "
                      "as no communication")
@@ -145,14 +160,17 @@ def read_simai(path: Path, *, world_size: int | None = None) -> Workload:
         notes.append(f"{skipped_one} comm(s) on a group of 1 rank left out (no traffic)")
     if grid.pp > 1:
         notes.append(f"pipeline: {pp_bytes} bytes (pp_comm) to the next stage after the forward pass and to the "
-                     f"previous after the backward, x{ga} (ga); SimAI itself models pipeline traffic analytically"
-                     if pp_bytes else "pp > 1 but no pp_comm size in the header: no pipeline traffic")
+                     f"previous after the backward, x{ga} (ga: one each way per micro-batch, as Megatron sends without "
+                     f"interleaving), beside the compute (non-blocking); vpp {header.get('vpp', 1)} not applied: AICB "
+                     "writes vpp = layers per stage, not an interleaving degree (SimAI multiplies its analytical "
+                     "pipeline time by it); no pipeline bubble" if pp_bytes
+                     else "pp > 1 but no pp_comm size in the header: no pipeline traffic")
     if grid.pp == 1 and pp_bytes:
         notes.append(f"pp_comm {pp_bytes} with pp 1: no pipeline, no pipeline traffic")
     for key in unknown:
         notes.append(f"header key {key!r} not read")
     return Workload(name=path.name.split(".")[0], source=str(path), format="simai", world_size=grid.world,
-                    ranks=tuple(ranks), timed=False, notes=tuple(notes))
+                    ranks=tuple(ranks), timed=False, notes=tuple(notes), program=True)
 
 
 def _text_lines(path: Path) -> list[tuple[int, str]]:
@@ -188,6 +206,7 @@ def _header(path: Path, line: str, lineno: int) -> tuple[str, dict[str, int], tu
             n = _int(f"{path}:{lineno}", key, tokens[i + 1] if i + 1 < len(tokens) else "")
             if not 0 <= n <= len(tokens):
                 raise TraceError(f"{path}:{lineno}: {key}: {n} layers listed, beyond the line's end")
+            out[key] = n
             i += 2 + n
             continue
         if key in _HEADER_KEYS:
@@ -286,8 +305,11 @@ def _comms(layers: list[_Layer]) -> list[tuple[str, _Comm | None]]:
 
 
 def _layout(layers: list[_Layer]) -> tuple[tuple[tuple[float, float], ...], list[float], float]:
-    """The compute intervals (us), the start of each entry of `_comms` (collectives instantaneous), the step's
-    length."""
+    """The compute intervals (us), the place of each entry of `_comms` in them (communication taking no time),
+    the step's compute length. SimAI's order (`Workload::iterate_hybrid_parallel_Transformer*`, Workload.cc): per
+    layer forward compute, then its comm; layers in reverse, input-gradient compute, its comm, weight-gradient
+    compute, its comm. A layer's update time follows each of its comms that the compute waits for (Layer::call
+    adds it to the comm's finish, Layer.cc:92-113): the forward and input-gradient ones."""
     compute: list[tuple[float, float]] = []
     starts: list[float] = []
     t = 0.0
@@ -302,15 +324,16 @@ def _layout(layers: list[_Layer]) -> tuple[tuple[tuple[float, float], ...], list
         busy(layer.fwd_ns)
         if layer.fwd is not None:
             starts.append(t)
+            busy(layer.update_ns)
     starts.append(t)  # pp:fwd
     for layer in reversed(layers):
         busy(layer.ig_ns)
         if layer.ig is not None:
             starts.append(t)
+            busy(layer.update_ns)
         busy(layer.wg_ns)
         if layer.wg is not None:
             starts.append(t)
-        busy(layer.update_ns)
     starts.append(t)  # pp:bwd
     merged: list[tuple[float, float]] = []
     for a, b in compute:  # adjacent intervals: one
