@@ -99,19 +99,23 @@ def test_counted_collective_across_the_fabric_is_replayed_count_times():
 
 
 def test_ring_over_two_servers_only_cross_server_bytes_on_the_fabric():
-    size = 8_000_000  # 8 ranks: chunks of 1 MB
+    size = 8_000_000  # 8 ranks, 4 on each of 2 servers: one ring per NIC (NCCL's rings), 4 rings of 2 MB
     w = one_step(coll("all_reduce", size, range(8)))
     res = run(w)
-    # 14 ring steps; of each step's 8 transfers two cross servers: 3 -> 4 and 7 -> 0, 1 MB each
-    assert host_bytes(res) == 14 * 2 * 1_000_000
-    assert host_bytes(res, "h4") == 14 * 1_000_000 and host_bytes(res, "h0") == 14 * 1_000_000
-    for h in ("h1", "h2", "h3", "h5", "h6", "h7"):
-        assert host_bytes(res, h) == 0
-    # time: rank r's step-k send ends at F(r, k) = max(F(r-1, k-1), F(r, k-1)) + d(r), d = 1 MB over
-    # NVLink (2.2 us) in a server, over h3's / h7's two 200G NICs (1 MB / 400 Gbit/s = 20 us) across.
-    # d <= 20 us everywhere, so F(r, k) <= (k + 1) x 20 us, and F(3, k) >= F(3, k-1) + 20 us: 14 x 20 us
+    # ring j: server 0's GPUs j, j+1, ..., j-1, then server 1's the same, leaving each server through NIC j
+    # (j -> 4 + j and 4 + j -> j): 14 ring steps of 2 MB / 8 = 250 kB chunks, two of each step's 8 transfers
+    # across: every host's NIC carries its own ring, 14 x 250 kB, and the fabric 4 x 14 x 2 x 250 kB = 28 MB (as
+    # the single ring's 14 x 2 x 1 MB through two NICs)
+    assert host_bytes(res) == 4 * 14 * 2 * 250_000
+    for h in ("h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"):
+        assert host_bytes(res, h) == 14 * 250_000
+    # time: a step's slowest transfer is the 250 kB across, over the host's two 200G NICs (5 us; NVLink 0.56 us):
+    # 14 x 5 us = 2(kN - 1)/(kN) x S / (k x NIC) = 14/8 x 8 MB / (4 x 400 Gbit/s), plus the first exit's NVLink hop
+    # to the NIC's GPU (PXN; the later ones run under the network step before)
     nic_bps = sum(n.rate_gbps for n in servers_fabric().nics_of["h3"]) * 1e9
-    assert res.collectives[0].duration_real_us == pytest.approx(14 * 1_000_000 * 8 / nic_bps * 1e6, rel=1e-9)
+    network_us = 14 / 8 * size * 8 / (4 * nic_bps) * 1e6
+    assert network_us == pytest.approx(70.0)
+    assert res.collectives[0].duration_real_us == pytest.approx(network_us + 250_000 * 8 / NVLINK_BPS * 1e6, rel=1e-9)
 
 
 def test_flowsim_delays_in_server_transfers_by_their_nvlink_time():
@@ -166,11 +170,12 @@ def test_placed_in_server_transfers_have_no_parts_and_wait_their_scaled_nvlink_t
     for x in ring8.transfers:
         crosses = (int(x.src_host[1:]) // 4) != (int(x.dst_host[1:]) // 4)
         assert bool(x.parts) == crosses
-        # 100 kB real x bytes scale 2e5 x 0.01 / 1000 = 200 kB emulated
-        assert x.size_bytes == 200_000
-        assert x.nvlink_s == (0.0 if crosses else pytest.approx(200_000 * 8 / nv_emu_bps))
-    # connections only for the two cross-server pairs (h3 -> h4, h7 -> h0), per plane and channel
-    assert {(c.src_host, c.dst_host) for c in placed.connections} == {("h3", "h4"), ("h7", "h0")}
+        # one ring per NIC: 4 rings of 200 kB, chunks of 25 kB real x bytes scale 2e5 x 0.01 / 1000 = 50 kB emulated
+        assert x.size_bytes == 50_000
+        assert x.nvlink_s == (0.0 if crosses else pytest.approx(50_000 * 8 / nv_emu_bps))
+    # connections only between the servers' j-th GPUs (ring j leaves each server through NIC j), per plane and channel
+    assert {(c.src_host, c.dst_host) for c in placed.connections} == (
+        {(f"h{j}", f"h{4 + j}") for j in range(4)} | {(f"h{4 + j}", f"h{j}") for j in range(4)})
     # the all in-server template is the driver's: no agent gets it
     assert all(str(tp.template.id) not in placed.agent_plan(h)["templates"] and tp.template.id not in
                placed.agent_plan(h)["templates"] for h in plan.hosts())
@@ -187,13 +192,14 @@ def test_agents_time_in_server_transfers_and_the_driver_local_calls_over_loopbac
     placed = loopback(plan_replay(w, fab, ReplayOptions(dilation=dilation, mbps_per_gbps=scale, port=17800)))
     raw = Driver(placed, LocalHosts(fab), tmp_path, None, 0.5).run()
     ring, tp = raw.timings
-    nv_s = 200_000 * 8 / (3600 * scale * 1e6)  # one 100 kB real chunk at the emulated NVLink rate
+    nv_s = 50_000 * 8 / (3600 * scale * 1e6)  # one 25 kB real chunk (4 rings of 200 kB) at the emulated NVLink rate
     # a ring step's send waits for the sender's own send of the step before (and its receive): h0's 14
     # sends to h1 (in-server, each its NVLink time once the one before is done) chain 14 NVLink hops;
     # the cross-server hops (over loopback here) add little. Tolerance: 15% + 50 ms for the agents
     assert 14 * nv_s <= ring.end_s - ring.start_s < 14 * nv_s * 1.15 + 0.05
-    # every in-server receive reported: the 6 in-server transfers of each of the 14 steps, and the network ones
-    assert len(ring.received_s) == 14 * 8
+    # every receive reported: per ring (4, one per NIC) and step (14), its 8 transfers and the 2 exits' NVLink hops
+    # to the NIC's GPU
+    assert len(ring.received_s) == 4 * 14 * (8 + 2)
     # the TP all-reduce: 3 x 6 steps of 100 kB real at 3600 Gbit/s, x the dilation, held by the driver
     local_s = 3 * 6 * 100_000 * 8 / 3.6e12
     assert tp.end_s - tp.start_s == pytest.approx(local_s * dilation, rel=1e-9)

@@ -100,6 +100,9 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "barrier": ("dissemination",),
 }
 
+#: Kinds whose ring runs one ring per NIC where the group has several GPUs in each server (`nic_rings`).
+NIC_RING_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
+
 #: Chunks per pipelined stream (each tree half, the broadcast/reduce chain).
 DEFAULT_PIPELINE_CHUNKS = 4
 
@@ -171,6 +174,100 @@ def _ring_all_reduce(dag: DagBuilder, ring: Sequence[int], size_bytes: int, phas
     chunks = split_bytes(size_bytes, len(ring))
     reduced = _ring_reduce_scatter(dag, ring, chunks, phase0, ready)
     return _ring_all_gather(dag, ring, chunks, phase0 + len(ring) - 1, reduced)
+
+
+def server_blocks(ranks: Sequence[int], servers: Sequence[Sequence[int]] | None) -> list[list[int]] | None:
+    """The group's ranks by server, servers in the order of the group's first rank on each (never re-sorted),
+    ranks in group order, where the group has the same k > 1 ranks on each of N > 1 servers; else None (one
+    GPU per server, one server, or an uneven group: one ring over the group as given)."""
+    if not servers:
+        return None
+    server_of = {r: i for i, members in enumerate(servers) for r in members}
+    if any(r not in server_of for r in ranks):
+        return None
+    blocks: dict[int, list[int]] = {}
+    for r in ranks:
+        blocks.setdefault(server_of[r], []).append(r)
+    out = list(blocks.values())
+    k = len(out[0])
+    if len(out) < 2 or k < 2 or any(len(b) != k for b in out):
+        return None
+    return out
+
+
+def nic_rings(blocks: Sequence[Sequence[int]]) -> list[list[int]]:
+    """NCCL's rings on servers of k GPUs of the group, one per NIC (src/graph/search.cc: a ring enters a node at
+    NET n, chains its GPUs over NVLink and leaves through NET n, crossNic 0 tried first): ring j enters each server
+    at its j-th GPU and chains the others in order (j, j+1, ..., j-1); the server's exit leaves through the j-th
+    GPU's NIC (`_nic_ring_pass`)."""
+    k = len(blocks[0])
+    return [[b[(j + i) % k] for b in blocks for i in range(k)] for j in range(k)]
+
+
+def _nic_ring_pass(dag: DagBuilder, ring: Sequence[int], k: int, chunks: Sequence[int], phase0: int, ready: Ready,
+                   shift: int, channel: int) -> Ready:
+    """n - 1 steps of a per-NIC ring (`nic_rings`, k GPUs a server), one block of arrays: in step s position q
+    sends chunk (q - s - shift) mod n to q + 1 after its previous receive (step 0: after `ready`), as `_ring_steps`;
+    a server's last GPU x sends to the next server through its entry GPU a's NIC, as PXN does: x -> a over
+    NVLink, then a -> the next server's entry GPU over the fabric. Each transfer also waits for the one before
+    on its connection. Returns rank -> its last receive."""
+    n = len(ring)
+    if n < 2:
+        return {r: ready.get(r, ()) for r in ring}
+    steps = n - 1
+    members = np.asarray(ring, dtype=np.int64)
+    q = np.arange(n, dtype=np.int64)
+    exit_ = q % k == k - 1
+    first = q + np.concatenate([[0], np.cumsum(exit_)[:-1]])  # a position's first slot in a step
+    final = first + exit_  # the slot that delivers to q + 1
+    m = n + int(exit_.sum())  # slots a step
+    slot_pos = np.repeat(q, 1 + exit_)  # the position each slot belongs to
+    is_net = np.zeros(m, dtype=bool)
+    is_net[final[exit_]] = True
+    is_relay = np.zeros(m, dtype=bool)
+    is_relay[first[exit_]] = True
+    entry = members[q - (k - 1)]  # for exits: the server's entry GPU, whose NIC sends
+    src = np.where(is_net, entry[slot_pos], members[slot_pos])
+    dst = np.where(is_relay, entry[slot_pos], members[(slot_pos + 1) % n])
+    base = dag.n
+    step = np.repeat(np.arange(steps, dtype=np.int64), m)
+    slot = np.tile(np.arange(m, dtype=np.int64), steps)
+    pos = slot_pos[slot]
+    size = np.asarray(chunks, dtype=np.int64)[(pos - step - shift) % n]
+    deps = np.full((steps * m, 3), -1, dtype=np.int64)
+    for i in range(m):  # step 0: `ready` (not for a network hop: it waits for its NVLink hop) and the connection
+        before = () if is_net[i] else tuple(ready.get(int(members[slot_pos[i]]), ()))
+        got = before + dag.previous_on(int(src[i]), int(dst[i]), channel) + ((base + i - 1,) if is_net[i] else ())
+        if len(got) > 3:
+            raise TransferError(f"ring pass: {len(got)} dependencies for one transfer")
+        deps[i, :len(got)] = got
+    later = np.arange(m, steps * m)
+    prev_step = base + (step[later] - 1) * m
+    # its sender's receive a step before (the previous position's delivering slot), or, for a network hop, the
+    # NVLink hop just before it; and the same slot a step before (its connection's previous transfer)
+    recv = prev_step + final[(pos[later] - 1) % n]
+    deps[later, 0] = np.where(is_net[slot[later]], base + later - 1, recv)
+    deps[later, 1] = base + later - m
+    deps[later, 2] = -1
+    dag.block(np.tile(src, steps), np.tile(dst, steps), size, phase0 + step, deps)
+    last = base + (steps - 1) * m
+    for i in range(m):
+        dag.record_on(int(src[i]), int(dst[i]), last + i, channel)
+    return {int(members[(p + 1) % n]): (last + int(final[p]),) for p in range(n)}
+
+
+def _nic_ring_collective(dag: DagBuilder, kind: str, blocks: Sequence[Sequence[int]], size_bytes: int) -> None:
+    """`kind` (all_reduce, reduce_scatter, all_gather) as k per-NIC rings (`nic_rings`), ring j carrying part j of
+    the buffer (`split_bytes(size_bytes, k)`) on its own channel: a reduce-scatter pass (shift 1), an all-gather
+    pass (shift 0), or the one then the other."""
+    k = len(blocks[0])
+    for j, (ring, part) in enumerate(zip(nic_rings(blocks), split_bytes(size_bytes, k))):
+        chunks = split_bytes(part, len(ring))
+        ready: Ready = {}
+        if kind in ("all_reduce", "reduce_scatter"):
+            ready = _nic_ring_pass(dag, ring, k, chunks, 0, ready, 1, j)
+        if kind in ("all_reduce", "all_gather"):
+            _nic_ring_pass(dag, ring, k, chunks, len(ring) - 1 if kind == "all_reduce" else 0, ready, 0, j)
 
 
 # --- double binary tree -------------------------------------------------------------------------------
@@ -427,7 +524,8 @@ def _checked(kind: str, size_bytes: int, ranks: list[int], algorithm: str,
 
 def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
                      groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
-                     pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferColumns:
+                     pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS,
+                     servers: Sequence[Sequence[int]] | None = None) -> TransferColumns:
     """The transfer DAG of one collective of `size_bytes` (nccl-tests convention) over `ranks`, as arrays.
 
     `groups`: the locality of the ranks (e.g. per leaf switch), used by `hierarchical` and by "auto" for
@@ -435,6 +533,8 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
     `root`: for broadcast, reduce, gather, scatter (default ranks[0]); an error for other kinds.
     `pipeline_chunks`: chunks per pipelined stream (tree halves, broadcast/reduce chain).
     A collective NCCL discards (`discarded`: 0 bytes, not send_recv or barrier) is an empty DAG.
+    `servers`: the job's ranks by server; a ring all-reduce, reduce-scatter or all-gather whose group has k > 1
+    ranks on each of N > 1 servers runs as NCCL maps it, one ring per NIC (`nic_rings`).
     """
     ranks = list(ranks)
     local_groups, algo = _checked(kind, size_bytes, ranks, algorithm, groups, pipeline_chunks)
@@ -448,6 +548,10 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
     n = len(ranks)
     if discarded(kind, size_bytes):  # as NCCL: no transfer at all
         return dag.columns(ranks, f"{kind} {n} ranks 0 B (discarded: empty)")
+    blocks = server_blocks(ranks, servers) if algo == "ring" and kind in NIC_RING_KINDS else None
+    if blocks is not None:
+        _nic_ring_collective(dag, kind, blocks, size_bytes)
+        return dag.columns(ranks, f"{kind} ring {n} ranks {size_bytes} B, {len(blocks[0])} rings (one per NIC)")
     if kind == "all_reduce":
         if algo == "ring":
             _ring_all_reduce(dag, ranks, size_bytes, 0, {})
@@ -484,7 +588,8 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
 
 def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
              groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
-             pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS) -> TransferDag:
+             pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS,
+             servers: Sequence[Sequence[int]] | None = None) -> TransferDag:
     """`schedule_columns(...)` as `Transfer` objects (a `TransferDag`), transfer for transfer the same."""
     return schedule_columns(kind, size_bytes, ranks, algorithm, groups, root,
-                            pipeline_chunks=pipeline_chunks).to_dag()
+                            pipeline_chunks=pipeline_chunks, servers=servers).to_dag()

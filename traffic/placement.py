@@ -22,7 +22,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -301,10 +301,10 @@ def _rank_key(key: object) -> int | None:
     return None
 
 
-def groups_by(placement: Placement, key: Callable[[str], str]) -> tuple[tuple[int, ...], ...]:
+def groups_by(placement: Placement, key: Callable[[str], Hashable]) -> tuple[tuple[int, ...], ...]:
     """Ranks grouped by `key(host)` (e.g. the host's leaf switch): groups in order of their lowest
     rank, ranks ascending inside a group; for `traffic.collectives.schedule(..., groups=...)`."""
-    out: dict[str, list[int]] = {}
+    out: dict[Hashable, list[int]] = {}
     for rank, host in enumerate(placement.hosts):
         out.setdefault(key(host), []).append(rank)
     return tuple(tuple(g) for g in out.values())

@@ -389,6 +389,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
         raise ReplayError(f"placement covers {len(placement)} ranks; the workload has {workload.world_size}")
     leaf_of = {h.name: min(n.switch for n in fabric.nics_of[h.name]) for h in fabric.hosts}
     groups = groups_by(placement, lambda h: leaf_of[h])
+    # the job's ranks by server: a group with several GPUs in each server runs one ring per NIC (NCCL's rings)
+    servers = groups_by(placement, fabric.server_of) if fabric.gpus_per_server > 1 else None
 
     # one DAG per distinct collective (kind, size, ranks), at real sizes; one template per DAG and lane:
     # each stream of the trace gets its own connections (a lane), as NCCL's communicators do, so
@@ -416,7 +418,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                 algorithm = "ring"
             algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
             dag_of[key] = len(dags)
-            dags.append(collectives.schedule_columns(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups))
+            dags.append(collectives.schedule_columns(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups,
+                                                     servers=servers))
             algos.append(algo)
 
     # each DAG's transfers between hosts: (sender, receiver) host positions, and their transfers
