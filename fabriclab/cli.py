@@ -63,7 +63,11 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default; on the simulator above "
                                                         "--hierarchical-above GPUs its hierarchical form), tree, "
                                                         "halving_doubling, hierarchical, or auto")
-    p.add_argument("--channels", type=int, default=2, help="connections per plane per host pair (default 2)")
+    p.add_argument("--channels", type=int, default=2, help="channels per NIC: connections per plane per host pair "
+                                                        "(default 2, as NCCL runs on H100 servers)")
+    p.add_argument("--pxn", choices=["on", "off"], default="on",
+                   help="NCCL's PXN (default on, as NCCL 2.12+): a ring's server exit and an all-to-all's piece for "
+                        "another rail cross NVLink to the GPU of the peer's rail and leave through its NIC")
     p.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
                    help="connection source ports: planned (each channel on its own equal-cost path), hashed "
                         "(random, as the OS picks them: classic ECMP collisions), or auto: planned under "

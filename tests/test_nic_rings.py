@@ -89,3 +89,42 @@ def test_ring_time_on_the_rail_fabric(k: int) -> None:
     assert res.collectives[0].duration_real_us == pytest.approx(expected_us, rel=1e-9)
     # busbw: S x 2(n - 1)/n over that time: near k x 400 Gbit/s
     assert res.collectives[0].busbw_bps == pytest.approx(k * 400e9, rel=0.01)
+
+
+# --- all-to-all as one group, PXN ----------------------------------------------------------------------------------
+
+def _a2a(group: tuple[int, ...], size: int, world: int) -> Workload:
+    c = Collective("all_to_all", size, "bfloat16", group, "ep")
+    return Workload("t", "t", "kineto", world, tuple(RankTrace(r, (Step(0, None, (), (c,)),)) for r in group), False)
+
+
+def test_all_to_all_of_16_ranks_on_4_servers_at_the_nic_bound() -> None:
+    # TP2 on servers of 8: the group is GPUs 0, 2, 4, 6 of 4 servers. 96 MiB each: a piece of 6 MiB to each of 16
+    # ranks; 12 pieces (72 MiB) leave a server per GPU, through 400 Gbit/s NICs: at least 72 MiB x 8 / 400 Gbit/s =
+    # 1,509.95 us, busbw (n - 1)/n x S / t = 500 Gbit/s. Posted as one group, network rounds are permutations (one
+    # flow out of and into each NIC), 3 in flight: the bound exactly without per-transfer latency.
+    fabric = topofile.load("dual-plane-1024-rail")
+    group = tuple(8 * s + i for s in range(4) for i in range(0, 8, 2))
+    size = 96 << 20
+    bound_us = 72 * (1 << 20) * 8 / 400e9 * 1e6
+    res = simulated(_a2a(group, size, 32), "t", fabric, "adaptive", ReplayOptions(ports="planned"))
+    assert res.collectives[0].duration_real_us == pytest.approx(bound_us, rel=1e-9)
+    assert res.collectives[0].busbw_bps == pytest.approx(500e9, rel=1e-9)
+    # with `fabriclab sim`'s latencies (11.4 us a transfer, 0.65 a hop): within 10% of the bound (was 248 Gbit/s)
+    from fabric.flowsim import SimOptions
+    slow = simulated(_a2a(group, size, 32), "t", fabric, "adaptive", ReplayOptions(ports="planned"),
+                     sim=SimOptions(per_transfer_s=11.4e-6, per_hop_s=0.65e-6))
+    assert slow.collectives[0].busbw_bps >= 0.9 * 500e9
+
+
+@pytest.mark.parametrize("pxn", [True, False])
+def test_pxn_keeps_all_to_all_bytes_under_the_rail_switch(pxn: bool) -> None:
+    # pyramid-16-rail: 4 servers of 4 GPUs, ToR j holds GPU j of every server, ToRs 2:1 to the aggregation. An
+    # all-to-all of S over all 16 GPUs: a piece of S/16 to each. With PXN a piece for another server leaves through
+    # the NIC of the peer's rail (after an NVLink hop): nothing goes above a ToR. Without it, the pieces for another
+    # server and another rail go up: 16 senders x 3 servers x 3 rails x S/16 = 9 S out of the ToRs.
+    fabric = topofile.load("pyramid-16-rail")
+    size = 16 * 1_000_000
+    res = simulated(_a2a(tuple(range(16)), size, 16), "t", fabric, "ecmp", ReplayOptions(pxn=pxn))
+    up = sum(link.emu_bytes for link in res.links if link.tier == "fabric" and link.switch.startswith("tor"))
+    assert up == (0 if pxn else 9 * size)

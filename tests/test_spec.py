@@ -64,8 +64,11 @@ def test_every_auto_choice_is_made_by_one_rule() -> None:
     assert "parallel.dp=32" in llm.workload and "global_batch=3072" in llm.workload  # 96 samples a replica x 32
     assert llm.sim_options().resolution_s == COARSE_RESOLUTION_US / 1e6 and llm.sim_options().lockstep is True
     assert any("lockstep" in w for w in llm.why) and any("hierarchical" in w for w in llm.why)
-    # the choices of the issues to come, at today's behaviour, stated
-    assert (llm.pxn, llm.sim_model) == ("off", "exact")
+    # the choices of the issues to come, at today's behaviour, stated; PXN on unless asked off (as NCCL)
+    assert (llm.pxn, llm.sim_model) == ("on", "exact")
+    off = RunSpec(WorkloadSpec.parse("llm:gpt3-175b"), RunOptions(pxn=False), SimModel())
+    assert resolve(off, 2048, "pyramid-1024-rail", "ecmp").pxn == "off"
+    assert off.options.replay_options("ecmp").pxn is False
 
 
 def _row(fabric: str, step_s: float, exposed: dict[str, float], busbw: dict[str, float], hot: dict[str, float]

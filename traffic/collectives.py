@@ -205,7 +205,7 @@ def nic_rings(blocks: Sequence[Sequence[int]]) -> list[list[int]]:
 
 
 def _nic_ring_pass(dag: DagBuilder, ring: Sequence[int], k: int, chunks: Sequence[int], phase0: int, ready: Ready,
-                   shift: int, channel: int) -> Ready:
+                   shift: int, channel: int, pxn: bool = True) -> Ready:
     """n - 1 steps of a per-NIC ring (`nic_rings`, k GPUs a server), one block of arrays: in step s position q
     sends chunk (q - s - shift) mod n to q + 1 after its previous receive (step 0: after `ready`), as `_ring_steps`;
     a server's last GPU x sends to the next server through its entry GPU a's NIC, as PXN does: x -> a over
@@ -217,7 +217,7 @@ def _nic_ring_pass(dag: DagBuilder, ring: Sequence[int], k: int, chunks: Sequenc
     steps = n - 1
     members = np.asarray(ring, dtype=np.int64)
     q = np.arange(n, dtype=np.int64)
-    exit_ = q % k == k - 1
+    exit_ = (q % k == k - 1) & pxn  # without PXN the last GPU sends through its own NIC (another rail)
     first = q + np.concatenate([[0], np.cumsum(exit_)[:-1]])  # a position's first slot in a step
     final = first + exit_  # the slot that delivers to q + 1
     m = n + int(exit_.sum())  # slots a step
@@ -256,7 +256,8 @@ def _nic_ring_pass(dag: DagBuilder, ring: Sequence[int], k: int, chunks: Sequenc
     return {int(members[(p + 1) % n]): (last + int(final[p]),) for p in range(n)}
 
 
-def _nic_ring_collective(dag: DagBuilder, kind: str, blocks: Sequence[Sequence[int]], size_bytes: int) -> None:
+def _nic_ring_collective(dag: DagBuilder, kind: str, blocks: Sequence[Sequence[int]], size_bytes: int,
+                         pxn: bool = True) -> None:
     """`kind` (all_reduce, reduce_scatter, all_gather) as k per-NIC rings (`nic_rings`), ring j carrying part j of
     the buffer (`split_bytes(size_bytes, k)`) on its own channel: a reduce-scatter pass (shift 1), an all-gather
     pass (shift 0), or the one then the other."""
@@ -265,9 +266,9 @@ def _nic_ring_collective(dag: DagBuilder, kind: str, blocks: Sequence[Sequence[i
         chunks = split_bytes(part, len(ring))
         ready: Ready = {}
         if kind in ("all_reduce", "reduce_scatter"):
-            ready = _nic_ring_pass(dag, ring, k, chunks, 0, ready, 1, j)
+            ready = _nic_ring_pass(dag, ring, k, chunks, 0, ready, 1, j, pxn)
         if kind in ("all_reduce", "all_gather"):
-            _nic_ring_pass(dag, ring, k, chunks, len(ring) - 1 if kind == "all_reduce" else 0, ready, 0, j)
+            _nic_ring_pass(dag, ring, k, chunks, len(ring) - 1 if kind == "all_reduce" else 0, ready, 0, j, pxn)
 
 
 # --- double binary tree -------------------------------------------------------------------------------
@@ -447,6 +448,48 @@ def _all_to_all(dag: DagBuilder, ranks: Sequence[int], size_bytes: int, pairwise
     dag.block(members[q], members[to], pieces[to], k - 1, deps)
 
 
+#: Network rounds of a grouped all-to-all a rank has in flight at once (`_grouped_all_to_all`).
+A2A_ROUNDS_IN_FLIGHT = 3
+
+
+def _grouped_all_to_all(dag: DagBuilder, blocks: Sequence[Sequence[int]], size_bytes: int, pxn: bool = True) -> None:
+    """An all-to-all over k GPUs in each of N servers as NCCL posts it, one group of sends and receives
+    (src/enqueue.cc, p2p tasks): the NVLink peers and the network peers at the same time, as two chains of rounds.
+    Network round (d, l), d = 1..N-1, l = 0..k-1: GPU i of server s sends its piece for GPU (i + l) mod k of server
+    s + d, a permutation, so each NIC sends one flow and receives one a round; a rank's round waits for its receive
+    A2A_ROUNDS_IN_FLIGHT rounds before (NCCL keeps several peers in flight). With PXN (`pxn`, NCCL's default:
+    src/graph/search.cc:1427-1471 sends to a remote GPU through the local GPU of the peer's index) a piece for
+    another rail first crosses NVLink to that local GPU, whose NIC sends it: every network byte stays on its rail.
+    NVLink rounds l = 1..k-1: GPU i to GPU i + l of its own server, each after its previous NVLink receive."""
+    k, n_servers = len(blocks[0]), len(blocks)
+    ranks = [r for b in blocks for r in b]
+    pieces = split_bytes(size_bytes, len(ranks))
+    piece = {r: pieces[p] for p, r in enumerate(ranks)}  # the piece for rank r (every sender's piece r)
+    net_recv: dict[int, list[int]] = {r: [] for r in ranks}  # each rank's network receives, in round order
+    phase = 0
+    for d in range(1, n_servers):
+        for l in range(k):
+            got: dict[int, int] = {}
+            for s, b in enumerate(blocks):
+                for i, src in enumerate(b):
+                    dst = blocks[(s + d) % n_servers][(i + l) % k]
+                    mine = net_recv[src]
+                    after = (mine[-A2A_ROUNDS_IN_FLIGHT],) if len(mine) >= A2A_ROUNDS_IN_FLIGHT else ()
+                    via = b[(i + l) % k]
+                    if pxn and via != src:  # PXN: over NVLink to the GPU of the peer's rail, out through its NIC
+                        hop = dag.send(src, via, piece[dst], phase, after)
+                        got[dst] = dag.send(via, dst, piece[dst], phase, (hop,))
+                    else:
+                        got[dst] = dag.send(src, dst, piece[dst], phase, after)
+            for dst, t in got.items():
+                net_recv[dst].append(t)
+            phase += 1
+    for l in range(1, k):
+        for b in blocks:
+            for i, src in enumerate(b):
+                dag.send(src, b[(i + l) % k], piece[b[(i + l) % k]], l - 1)
+
+
 def _dissemination_barrier(dag: DagBuilder, ranks: Sequence[int]) -> None:
     n = len(ranks)
     waits: Ready = {r: () for r in ranks}
@@ -525,7 +568,7 @@ def _checked(kind: str, size_bytes: int, ranks: list[int], algorithm: str,
 def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
                      groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
                      pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS,
-                     servers: Sequence[Sequence[int]] | None = None) -> TransferColumns:
+                     servers: Sequence[Sequence[int]] | None = None, pxn: bool = True) -> TransferColumns:
     """The transfer DAG of one collective of `size_bytes` (nccl-tests convention) over `ranks`, as arrays.
 
     `groups`: the locality of the ranks (e.g. per leaf switch), used by `hierarchical` and by "auto" for
@@ -534,7 +577,10 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
     `pipeline_chunks`: chunks per pipelined stream (tree halves, broadcast/reduce chain).
     A collective NCCL discards (`discarded`: 0 bytes, not send_recv or barrier) is an empty DAG.
     `servers`: the job's ranks by server; a ring all-reduce, reduce-scatter or all-gather whose group has k > 1
-    ranks on each of N > 1 servers runs as NCCL maps it, one ring per NIC (`nic_rings`).
+    ranks on each of N > 1 servers runs as NCCL maps it, one ring per NIC (`nic_rings`), and an all-to-all over
+    such a group as one group of sends (`_grouped_all_to_all`). `pxn`: NCCL's PXN (default on, as in NCCL): a
+    ring's server exit and an all-to-all's piece for another rail cross NVLink to the GPU of the peer's rail and
+    leave through its NIC; off, they leave through the sender's own NIC.
     """
     ranks = list(ranks)
     local_groups, algo = _checked(kind, size_bytes, ranks, algorithm, groups, pipeline_chunks)
@@ -550,7 +596,7 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
         return dag.columns(ranks, f"{kind} {n} ranks 0 B (discarded: empty)")
     blocks = server_blocks(ranks, servers) if algo == "ring" and kind in NIC_RING_KINDS else None
     if blocks is not None:
-        _nic_ring_collective(dag, kind, blocks, size_bytes)
+        _nic_ring_collective(dag, kind, blocks, size_bytes, pxn)
         return dag.columns(ranks, f"{kind} ring {n} ranks {size_bytes} B, {len(blocks[0])} rings (one per NIC)")
     if kind == "all_reduce":
         if algo == "ring":
@@ -566,6 +612,11 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
     elif kind == "all_gather":
         _ring_all_gather(dag, ranks, split_bytes(size_bytes, n), 0, {})
     elif kind == "all_to_all":
+        blocks = server_blocks(ranks, servers) if algo == "pairwise" else None
+        if blocks is not None:
+            _grouped_all_to_all(dag, blocks, size_bytes, pxn)
+            return dag.columns(ranks, f"{kind} grouped {n} ranks {size_bytes} B, {len(blocks[0])} per server"
+                                      + (", PXN" if pxn else ""))
         _all_to_all(dag, ranks, size_bytes, pairwise=algo == "pairwise")
     elif kind == "broadcast":
         _chain(dag, from_root, size_bytes, pipeline_chunks)
@@ -589,7 +640,7 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
 def schedule(kind: str, size_bytes: int, ranks: Sequence[int], algorithm: str = "auto",
              groups: Sequence[Sequence[int]] | None = None, root: int | None = None, *,
              pipeline_chunks: int = DEFAULT_PIPELINE_CHUNKS,
-             servers: Sequence[Sequence[int]] | None = None) -> TransferDag:
+             servers: Sequence[Sequence[int]] | None = None, pxn: bool = True) -> TransferDag:
     """`schedule_columns(...)` as `Transfer` objects (a `TransferDag`), transfer for transfer the same."""
     return schedule_columns(kind, size_bytes, ranks, algorithm, groups, root,
-                            pipeline_chunks=pipeline_chunks, servers=servers).to_dag()
+                            pipeline_chunks=pipeline_chunks, servers=servers, pxn=pxn).to_dag()

@@ -112,7 +112,7 @@ class RunOptions:
     compute_gap_us: float = 0.0
     step_ops: int | None = None
     launchless_kernels: str | None = None  # Kineto traces: "leave-out" (None: the reader's default) or "by-time"
-
+    pxn: bool = True  # NCCL's PXN: a ring's server exit and an all-to-all's cross-rail piece through the peer rail's NIC
 
     def replay_options(self, routing: str, **emulation: Any) -> Any:
         """`traffic.replay.ReplayOptions` for a run under `routing` (ports resolved: planned under adaptive routing,
@@ -122,7 +122,7 @@ class RunOptions:
         return ReplayOptions(ranks=self.ranks, placement=self.placement, algorithm=self.algorithm,
                              channels=self.channels, repeat=self.repeat, compute_gap_us=self.compute_gap_us,
                              step_ops=self.step_ops, ports=default_ports(routing, self.ports), seed=self.seed,
-                             launchless_kernels=self.launchless_kernels, **emulation)
+                             launchless_kernels=self.launchless_kernels, pxn=self.pxn, **emulation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,10 +205,10 @@ class Resolved:
     all_to_all: str  # the model asked; "auto" is exact up to `all_to_all_exact_max_ranks` ranks a call
     all_to_all_exact_max_ranks: int
     # the choices of the issues to come, at today's behaviour: the algorithm as asked (not NCCL's tuning model),
-    # one ring over a group's GPUs (no channel per NIC), no PXN, the exact event-driven model
+    # one ring per NIC where a group has several GPUs in each server, PXN as asked, the exact event-driven model
     nccl_algorithm: str = "as asked"  # NCCL's tuning model is not applied yet
-    channels_per_nic: str = "one ring per group"  # not one channel per NIC yet
-    pxn: str = "off"
+    channels_per_nic: str = "one ring per NIC where a group has several GPUs a server; --channels flows each"
+    pxn: str = "on"
     sim_model: str = "exact"
     launchless_kernels: str | None = None  # Kineto traces: as asked (None: "leave-out", the reader's default)
     why: tuple[str, ...] = ()  # how each auto choice came out
@@ -217,7 +217,8 @@ class Resolved:
         """`traffic.replay.ReplayOptions` of this run."""
         return RunOptions(self.ranks, self.placement, self.algorithm, self.channels, self.ports, self.seed,
                           self.repeat, self.compute_gap_us, self.step_ops,
-                          launchless_kernels=self.launchless_kernels).replay_options(self.routing)
+                          launchless_kernels=self.launchless_kernels,
+                          pxn=self.pxn != "off").replay_options(self.routing)
 
     def sim_options(self) -> Any:
         """The simulator's options of this run (`fabric.flowsim.SimOptions`)."""
@@ -266,6 +267,7 @@ def resolve(spec: RunSpec, gpus: int, topology: str, routing: str, extra: str = 
                     per_transfer_us=m.per_transfer_us, per_hop_us=m.per_hop_us, resolution_us=resolution,
                     poll_ms=m.poll_ms, forwarding=m.forwarding, lockstep=lockstep, all_to_all=m.all_to_all,
                     all_to_all_exact_max_ranks=A2A_EXACT_MAX, launchless_kernels=o.launchless_kernels,
+                    pxn="on" if o.pxn else "off",
                     why=tuple(why))
 
 

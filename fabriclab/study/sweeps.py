@@ -51,7 +51,8 @@ class SweepRequest:
     def meta(self) -> dict[str, Any]:
         """What the outputs say about the request (each row carries its resolved run too)."""
         asked = {k: v for k, v in self.options.items()
-                 if not (k in ("step_ops", "launchless_kernels") and v is None or k == "ports" and v == "auto")}
+                 if not (k in ("step_ops", "launchless_kernels") and v is None or k == "ports" and v == "auto"
+                         or k == "pxn" and v is True)}
         return {"options": asked, "sim": dataclasses.asdict(self.sim.options(self.workload.llm)),
                 "lockstep": self.sim.lockstep, "all_to_all": self.sim.all_to_all}
 

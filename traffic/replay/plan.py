@@ -106,6 +106,7 @@ class ReplayOptions:
     compute_gap_us: float = 0.0  # compute before each collective, for traces without timings
     step_ops: int | None = None  # NCCL logs: collectives per step (None: the steps the reader finds)
     launchless_kernels: str | None = None  # Kineto: GPU kernels without a launch (None: "leave-out"; "by-time")
+    pxn: bool = True  # NCCL's PXN (`traffic.collectives.schedule_columns`)
     port: int = 7000  # the agents' first data port (one per stream lane)
     ports: str = "planned"  # source ports: "planned" (channel c on the c-th path) or "hashed" (as the OS picks)
     seed: int = 0  # for hashed source ports
@@ -419,7 +420,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
             algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
             dag_of[key] = len(dags)
             dags.append(collectives.schedule_columns(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups,
-                                                     servers=servers))
+                                                     servers=servers, pxn=options.pxn))
             algos.append(algo)
 
     # each DAG's transfers between hosts: (sender, receiver) host positions, and their transfers
