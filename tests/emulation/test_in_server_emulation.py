@@ -39,19 +39,17 @@ def test_in_server_calls_take_their_nvlink_time_and_no_fabric_bytes(tmp_path):
     # driver holds it for its scaled time)
     tp_us = 12 * 2 * 3 * 1_000_000 * 8 / (NVLINK_GBPS * 1e9) * 1e6
     assert by_stream["2"].duration_real_us == pytest.approx(tp_us, rel=0.01)
-    # the mixed ring waits at least h0's 14 sends to h1, each 1 MB over NVLink
-    assert by_stream["0"].duration_real_us >= 14 * 1_000_000 * 8 / (NVLINK_GBPS * 1e9) * 1e6
-    # the switches' counters: into h0 and h4 the cross-server bytes (ring: 14 chunks each; h4 also the
-    # send); into the GPUs that only receive in-server (h1, h2, h5, h6: no connection at all) nothing
-    # but control traffic (under 1% of a chunk); into h3 and h7, which send across, only the ACKs of
-    # their 14 chunks (66-byte ACKs for 1448-byte segments: under 10% of the bytes they send)
-    chunk = 1_000_000 * result.meta.bytes_scale
+    # the mixed ring runs as NCCL maps it, one ring per NIC (4 rings of 2 MB, chunks of 250 kB): it waits at
+    # least h0's 14 sends to h1, each 250 kB over NVLink
+    assert by_stream["0"].duration_real_us >= 14 * 250_000 * 8 / (NVLINK_GBPS * 1e9) * 1e6
+    # the switches' counters: ring j leaves each server through GPU j's NIC to the other server's GPU j, so into
+    # every GPU h0..h7 its ring's 14 chunks of 250 kB (h4 also the 1 MB send), plus the ACKs of the 14 it sends
+    # (66-byte ACKs for 1448-byte segments, and control traffic: measured 9.6% of the bytes on h0; bound 20%)
+    chunk = 250_000 * result.meta.bytes_scale
 
     def into(host):
         return sum(l.emu_bytes for l in result.links if l.tier == "host" and l.peer == host)
 
-    assert into("h0") >= 14 * chunk and into("h4") >= 15 * chunk
-    for h in ("h1", "h2", "h5", "h6"):
-        assert into(h) < 0.01 * chunk, (h, into(h), chunk)
-    for h in ("h3", "h7"):
-        assert into(h) < 0.1 * 14 * chunk, (h, into(h), chunk)
+    for h in ("h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"):
+        extra = 4 * chunk if h == "h4" else 0  # the 1 MB send
+        assert 14 * chunk + extra <= into(h) < 1.2 * (14 * chunk + extra), (h, into(h), chunk)
