@@ -58,7 +58,7 @@ Algorithms (`ALGORITHMS`):
 
 Empty collectives (`discarded`): a collective of 0 bytes of any kind but send_recv and barrier is an
 empty DAG (no transfer: it takes no time and moves nothing), as NCCL discards it before it is ever
-enqueued: NVIDIA/nccl src/enqueue.cc, `taskAppend`, "// Empty collectives can be discarded.
+enqueued: NVIDIA/nccl src/enqueue.cc:3023-3024, `taskAppend`, "// Empty collectives can be discarded.
 if (info->count == 0) return ncclSuccess;" (NCCL 2.30.7, `makefiles/version.mk`; commit 5067397c, read
 2026-12). That check sits in the branch of the collectives only (all-to-all, gather and scatter included,
 which NCCL builds from p2p tasks after it); a send or receive goes to `p2pTaskAppend`, which queues a task

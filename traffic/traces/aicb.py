@@ -43,6 +43,7 @@ import csv
 import io
 import math
 import re
+import statistics
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -424,7 +425,8 @@ class _Stats:
                 out.append(f"{self.clamped} step(s) whose rows take longer than the epoch's time: no compute, the "
                            "step lasts its rows' times")
         elif program:
-            out.append("no communication times (_elapsed_time None: a generated workload); compute from its computation "
+            out.append("no communication times (_elapsed_time None: a generated workload); compute from its "
+                       "computation "
                        "rows (AIOB times, ms), in row order; each collective waited for where it stands")
         else:
             out.append("no timings (_elapsed_time None: a generated workload); no compute")
@@ -470,15 +472,15 @@ def _warmup(segments: list[tuple[list[_Row], float | None]], stats: _Stats, stag
                 first.setdefault((r.axis, r.comm_type), r.elapsed_ms)
         firsts.append(first)
     for key, ms in firsts[0].items():
-        later = sorted(f[key] for f in firsts[1:] if key in f)
+        later = [f[key] for f in firsts[1:] if key in f]
         if not later:
             continue
-        median = later[len(later) // 2] if len(later) % 2 else (later[len(later) // 2 - 1] + later[len(later) // 2]) / 2
-        if ms > WARMUP_RATIO * median:
+        median = statistics.median(later)
+        if ms > WARMUP_RATIO * median and median > 0:
             where = f"pp_stage{stage}: " if stage is not None else ""
             stats.warmup.append(f"{where}step 0 marked warm-up: its first {key[0]}_group {key[1]} took {ms:.6g} ms, "
-                                f"{ms / median:.0f}x that call's median of {median:.6g} ms over the {len(later)} later step(s) "
-                                "(NCCL creates a communicator at its first call)")
+                                f"{ms / median:.0f}x that call's median of {median:.6g} ms over the {len(later)} "
+                                "later step(s) (NCCL creates a communicator at its first call)")
             return True
     return False
 

@@ -17,7 +17,7 @@ input-gradient compute time, comm type, size, weight-gradient compute time, comm
   ("edp"). In MICRO and DATA files every comm is on the data-parallel group (the whole job). BROADCAST is no
   communication to SimAI (it reads it as none): left out, noted.
 - The step, in SimAI's order (`Workload::iterate_hybrid_parallel_Transformer*` in astra-sim-alibabacloud's
-  workload/Workload.cc, aliyun/SimAI cef83f9d): each layer's forward compute then its collective, in file order;
+  workload/Workload.cc:702-931, aliyun/SimAI cef83f9d): each layer's forward compute then its collective, in file order;
   then, layers in reverse, input-gradient compute and collective, weight-gradient compute and collective. The
   compute waits for forward and input-gradient collectives (issued Blocking there) and runs beside weight-gradient
   ones (Non_Blocking: `Collective.blocking` False); a layer's update time follows each of its blocking comms
@@ -147,7 +147,8 @@ def read_simai(path: Path, *, world_size: int | None = None) -> Workload:
                     f"Megatron-Core order tp-cp-dp-pp (tp={grid.tp}, pp={grid.pp}, dp={grid.dp}, ep={grid.ep}; "
                     f"world {grid.world}); one step")
     notes.append("compute times read as nanoseconds (SimAI ticks), in SimAI's order: per layer forward compute "
-                 "then its comm; layers in reverse, input-gradient compute, its comm, weight-gradient compute, its comm; "
+                 "then its comm; layers in reverse, input-gradient compute, its comm, weight-gradient compute, "
+                 "its comm; "
                  "the compute waits for forward and input-gradient comms (blocking in SimAI), not for weight-gradient "
                  "ones; a layer's update time follows its blocking comms")
     if header.get("checkpoints"):
