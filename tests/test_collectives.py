@@ -166,18 +166,54 @@ def test_tree_all_reduce_8_ranks_bytes_per_rank_and_pair():
     assert dag.total_bytes == 2 * 7 * S
 
 
-def test_tree_pipeline_phases_and_dependencies_single_chunk():
-    dag = schedule("all_reduce", 8000, list(range(8)), "tree", pipeline_chunks=1)
-    at = index_of(dag)
-    # tree A, heights: leaves 0, ranks 2 and 6: 1, rank 4: 2, root 0: 3. Up-send at phase = height.
-    assert {(1, 2, 0), (3, 2, 0), (2, 4, 1), (6, 4, 1), (4, 0, 2)} <= set(at)
-    assert dep_keys(dag, at[(2, 4, 1)]) == {(1, 2, 0), (3, 2, 0)}  # reduced after both children arrived
-    assert dep_keys(dag, at[(4, 0, 2)]) == {(2, 4, 1), (6, 4, 1)}
-    # down: root (depth 0) at phase 3 after its child's up-send, then depth 1 at 4, depth 2 at 5
-    assert dep_keys(dag, at[(0, 4, 3)]) == {(4, 0, 2)}
-    assert dep_keys(dag, at[(4, 2, 4)]) == {(0, 4, 3)}
-    assert dep_keys(dag, at[(2, 1, 5)]) == {(4, 2, 4)}
-    assert dag.phases() == 6
+def test_tree_steady_state_flows_tokens_and_phases_8_ranks():
+    dag = schedule("all_reduce", 8000, list(range(8)), "tree")
+    # tree A (0 -> 4; 4 -> 2, 6; 2 -> 1, 3; 6 -> 5, 7) is added first: 7 edges x (up flow, up token, down flow,
+    # down token) = 28 transfers; tree B the next 28
+    assert len(dag) == 56
+    a = dag.transfers[:28]
+    at = {(t.src, t.dst, t.phase, t.size_bytes): i for i, t in enumerate(a)}
+    assert len(at) == 28
+
+    def deps(src: int, dst: int, phase: int, size: int) -> set[tuple[int, int, int, int]]:
+        t = a[at[(src, dst, phase, size)]]
+        return {(a[d].src, a[d].dst, a[d].phase, a[d].size_bytes) for d in t.deps}
+
+    edges = [(0, 4), (4, 2), (4, 6), (2, 1), (2, 3), (6, 5), (6, 7)]
+    # bulk up: every child sends its half (4000 B) to its parent at once, phase 0, after nothing
+    for p, c in edges:
+        assert deps(c, p, 0, 4000) == set()
+    # the fill: 0-byte tokens climb by height (leaves 0: phase 1; 2 and 6: 2; 4: 3), each after its children's
+    assert deps(1, 2, 1, 0) == set()
+    assert deps(2, 4, 2, 0) == {(1, 2, 1, 0), (3, 2, 1, 0)}
+    assert deps(4, 0, 3, 0) == {(2, 4, 2, 0), (6, 4, 2, 0)}
+    # bulk down at phase 1 + (height 3 + 1) = 5, all after the token reached the root
+    for p, c in edges:
+        assert deps(p, c, 5, 4000) == {(4, 0, 3, 0)}
+    # the drain: tokens descend by depth (0 -> 4 at 6, 4 -> 2 at 7, 2 -> 1 at 8), each behind its edge's down flow
+    assert deps(0, 4, 6, 0) == {(4, 0, 3, 0), (0, 4, 5, 4000)}
+    assert deps(4, 2, 7, 0) == {(0, 4, 6, 0), (4, 2, 5, 4000)}
+    assert deps(2, 1, 8, 0) == {(4, 2, 7, 0), (2, 1, 5, 4000)}
+    assert dag.phases() == 9
+
+
+def test_tree_on_servers_chains_each_server_from_the_nic_s_gpu():
+    # 3 servers of 2 GPUs: (0, 1), (2, 3), (4, 5). NIC j of a server is its j-th GPU's: per NIC 2 trees over the
+    # 3 servers, each carrying a quarter (S/4). Tree A over servers 0 -> 2 -> 1 (n = 3: positions 0 -> 2; 2 -> 1),
+    # tree B shifted (position p holds server p+1 mod 3): 1 -> 0 -> 2. Server edges join GPU j to GPU j (rail j);
+    # inside a server the chain of NIC 0 is GPU 0 -> GPU 1 and of NIC 1 GPU 1 -> GPU 0.
+    S = 4000
+    dag = schedule("all_reduce", S, list(range(6)), "tree", servers=[(0, 1), (2, 3), (4, 5)])
+    bulk = [t for t in dag.transfers if t.size_bytes]
+    assert {t.size_bytes for t in bulk} == {S // 4}
+    across = [(t.src, t.dst) for t in bulk if t.src // 2 != t.dst // 2]
+    assert all(a % 2 == b % 2 for a, b in across)  # rail to rail
+    # per NIC and tree 2 server edges up and down (4 flows), 4 trees: 16 flows between servers
+    assert len(across) == 16
+    # inside: each of 3 servers, per NIC and tree, one NVLink hop up and one down: 3 x 2 x 4 = 24
+    assert len(bulk) - len(across) == 24
+    # rail 0, tree A (servers 0 -> 2 -> 1): GPU 4 <-> GPU 0 and GPU 2 <-> GPU 4
+    assert {(0, 4), (4, 0), (4, 2), (2, 4)} <= set(across)
 
 
 def test_tree_odd_ranks_shifted_second_tree():

@@ -115,7 +115,9 @@ def test_ring_over_two_servers_only_cross_server_bytes_on_the_fabric():
     nic_bps = sum(n.rate_gbps for n in servers_fabric().nics_of["h3"]) * 1e9
     network_us = 14 / 8 * size * 8 / (4 * nic_bps) * 1e6
     assert network_us == pytest.approx(70.0)
-    assert res.collectives[0].duration_real_us == pytest.approx(network_us + 250_000 * 8 / NVLINK_BPS * 1e6, rel=1e-9)
+    # (a connection's steps overlap, as NCCL keeps several in flight: two steps sharing a NIC can end up to 3% later)
+    hand_us = network_us + 250_000 * 8 / NVLINK_BPS * 1e6
+    assert hand_us * (1 - 1e-9) <= res.collectives[0].duration_real_us <= 1.03 * hand_us
 
 
 def test_flowsim_delays_in_server_transfers_by_their_nvlink_time():

@@ -86,9 +86,29 @@ def test_ring_time_on_the_rail_fabric(k: int) -> None:
     n = 4 * k
     chunk = GIB / (k * n)
     expected_us = (2 * (n - 1) * chunk * 8 / 400e9 + (chunk * 8 / 3600e9 if k > 1 else 0.0)) * 1e6
-    assert res.collectives[0].duration_real_us == pytest.approx(expected_us, rel=1e-9)
+    if k == 1:
+        assert res.collectives[0].duration_real_us == pytest.approx(expected_us, rel=1e-9)
+    else:
+        # a connection's steps are not ordered one after another (several steps in flight, as NCCL_STEPS), so
+        # two steps of a NIC can share it (fair sharing, where the NIC would send them in order): at most 3% later
+        assert expected_us * (1 - 1e-9) <= res.collectives[0].duration_real_us <= 1.03 * expected_us
     # busbw: S x 2(n - 1)/n over that time: near k x 400 Gbit/s
-    assert res.collectives[0].busbw_bps == pytest.approx(k * 400e9, rel=0.01)
+    assert res.collectives[0].busbw_bps == pytest.approx(k * 400e9, rel=0.01 if k == 1 else 0.031)
+
+
+@pytest.mark.parametrize("servers, k", [(3, 4), (4, 2), (4, 4), (16, 8)])
+def test_ring_latency_is_paid_where_the_ring_leaves_a_server(servers: int, k: int) -> None:
+    # 8 KiB over k GPUs of each server, a = 10 us a network transfer, NVLink free: a chunk on the ring's data path
+    # crosses k - 1 NVLink hops and then the network, so each pass (kN - 1 steps) pays the network N times, not
+    # kN - 1 times (the steps of one connection overlap, as in NCCL): 2N x a, plus chunk times of ~1 ns.
+    fabric = topofile.load("dual-plane-1024-rail")
+    group = tuple(8 * s + i for s in range(servers) for i in range(k))
+    c = Collective("all_reduce", 8 << 10, "bfloat16", group, "dp")
+    w = Workload("t", "t", "kineto", 8 * servers, tuple(RankTrace(r, (Step(0, None, (), (c,)),)) for r in group),
+                 False)
+    from fabric.flowsim import SimOptions
+    res = simulated(w, "t", fabric, "adaptive", ReplayOptions(ports="planned"), sim=SimOptions(per_transfer_s=10e-6))
+    assert res.collectives[0].duration_real_us == pytest.approx(2 * servers * 10.0, rel=0.01)
 
 
 # --- all-to-all as one group, PXN ----------------------------------------------------------------------------------

@@ -244,11 +244,12 @@ def _nic_ring_pass(dag: DagBuilder, ring: Sequence[int], k: int, chunks: Sequenc
     later = np.arange(m, steps * m)
     prev_step = base + (step[later] - 1) * m
     # its sender's receive a step before (the previous position's delivering slot), or, for a network hop, the
-    # NVLink hop just before it; and the same slot a step before (its connection's previous transfer)
+    # NVLink hop just before it; not the same slot a step before: NCCL keeps several steps of a connection in
+    # flight (NCCL_STEPS), so a step's latency is not paid again by the next on the connection, and the ring's
+    # latency is its data path's: 2(n-1) steps, of which those leaving a server pay the network's (tuning.cc:412)
     recv = prev_step + final[(pos[later] - 1) % n]
     deps[later, 0] = np.where(is_net[slot[later]], base + later - 1, recv)
-    deps[later, 1] = base + later - m
-    deps[later, 2] = -1
+    deps[later, 1:] = -1
     dag.block(np.tile(src, steps), np.tile(dst, steps), size, phase0 + step, deps)
     last = base + (steps - 1) * m
     for i in range(m):
@@ -325,28 +326,73 @@ def _preorder(shape: tuple[tuple[int, ...], ...]) -> list[int]:
     return order
 
 
-def _tree_all_reduce(dag: DagBuilder, ranks: Sequence[int], size_bytes: int, pipeline_chunks: int) -> None:
-    halves = split_bytes(size_bytes, 2)
-    for channel, (tree, half) in enumerate(zip(double_binary_trees(ranks), halves)):
-        order = list(tree)  # pre-order: parents before children
-        root = order[0]
-        parent = {c: p for p, cs in tree.items() for c in cs}
-        height: dict[int, int] = {}
-        for r in reversed(order):
-            height[r] = 1 + max((height[c] for c in tree[r]), default=-1)
-        depth: dict[int, int] = {root: 0}
-        for r in order[1:]:
-            depth[r] = depth[parent[r]] + 1
-        top = height[root]
-        for c, chunk in enumerate(split_bytes(half, pipeline_chunks)):
-            up: dict[int, int] = {}  # child rank -> its up-send of chunk c
-            for r in reversed(order[1:]):  # children before parents
-                up[r] = dag.send(r, parent[r], chunk, c + height[r], (up[x] for x in tree[r]), channel)
-            down: dict[int, int] = {}  # rank -> the down-send that brought it chunk c
-            for r in order:
-                after = [up[x] for x in tree[r]] if r == root else [down[r]]
-                for x in tree[r]:
-                    down[x] = dag.send(r, x, chunk, top + c + depth[r], after, channel)
+def _tree_all_reduce(dag: DagBuilder, ranks: Sequence[int], size_bytes: int,
+                     blocks: Sequence[Sequence[int]] | None) -> None:
+    """NCCL's tree all-reduce as steady-state flows (module docstring, all_reduce `tree`): per NIC j and tree t,
+    part 2j + t of the buffer; bulk flows up and down every edge, 0-byte tokens for the fill and the drain."""
+    nodes = [list(b) for b in blocks] if blocks is not None else [[r] for r in ranks]
+    k = len(nodes[0])
+    parts = split_bytes(size_bytes, 2 * k)
+    for j in range(k):
+        chains = [[b[(j + i) % k] for i in range(k)] for b in nodes]  # enter at the GPU of NIC j, then NVLink
+        for t, tree in enumerate(double_binary_trees(list(range(len(nodes))))):
+            _tree_flows(dag, chains, tree, parts[2 * j + t], 2 * (j * 2 + t))
+
+
+def _tree_flows(dag: DagBuilder, chains: Sequence[Sequence[int]], tree: dict[int, tuple[int, ...]], part: int,
+                channel: int) -> None:
+    """One tree of one NIC over the nodes' chains (head = chain[0], on the tree's NIC): `part` bytes up and down
+    each edge and each NVLink hop of a chain, all at once (bulk, on `channel`); a 0-byte token climbs from every
+    chain's tail to the root after its children's tokens (the fill) before the down flows start, and descends
+    behind the down flows (the drain), on `channel + 1`. Phases: up flows 0, up tokens 1.., down flows after
+    them, down tokens after those (every dependency has a lower phase)."""
+    k = len(chains[0])
+    order = list(tree)  # pre-order: parents before children
+    if len(order) < 2 and k < 2:
+        return
+    parent = {c: p for p, cs in tree.items() for c in cs}
+    height: dict[int, int] = {}
+    for v in reversed(order):
+        height[v] = 1 + max((height[c] for c in tree[v]), default=-1)
+    tok = channel + 1
+    for v in order:  # up flows: the chain's tail towards its head, the head to the parent's head
+        ch = chains[v]
+        for i in range(k - 1, 0, -1):
+            dag.send(ch[i], ch[i - 1], part, 0, (), channel)
+        if v in parent:
+            dag.send(ch[0], chains[parent[v]][0], part, 0, (), channel)
+    arrived: dict[int, list[int]] = {v: [] for v in order}  # node -> the tokens its children sent up
+    fill: tuple[int, ...] = ()
+    for v in reversed(order):  # children before parents
+        ch, phase = chains[v], 1 + height[v] * k
+        prev: tuple[int, ...] = ()
+        for i in range(k - 1, 0, -1):
+            prev = (dag.send(ch[i], ch[i - 1], 0, phase, prev, tok),)
+            phase += 1
+        after = prev + tuple(arrived[v])
+        if v in parent:
+            arrived[parent[v]].append(dag.send(ch[0], chains[parent[v]][0], 0, phase, after, tok))
+        else:
+            fill = after
+    down_phase = 1 + (height[order[0]] + 1) * k
+    flow: dict[tuple[int, int], int] = {}  # (sender, receiver) -> its down flow
+    for v in order:
+        ch = chains[v]
+        for i in range(k - 1):
+            flow[(ch[i], ch[i + 1])] = dag.send(ch[i], ch[i + 1], part, down_phase, fill, channel)
+        for c in tree[v]:
+            flow[(ch[0], chains[c][0])] = dag.send(ch[0], chains[c][0], part, down_phase, fill, channel)
+    came: dict[int, tuple[int, ...]] = {order[0]: fill}  # node -> the token that reached its head
+    depth = {order[0]: 0}
+    for v in order:
+        ch, phase = chains[v], down_phase + 1 + depth[v] * k
+        prev = came[v]
+        for i in range(k - 1):
+            prev = (dag.send(ch[i], ch[i + 1], 0, phase + i, prev + (flow[(ch[i], ch[i + 1])],), tok),)
+        for c in tree[v]:
+            head = chains[c][0]
+            came[c] = (dag.send(ch[0], head, 0, phase + k - 1, came[v] + (flow[(ch[0], head)],), tok),)
+            depth[c] = depth[v] + 1
 
 
 # --- halving-doubling ---------------------------------------------------------------------------------
@@ -602,7 +648,7 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
         if algo == "ring":
             _ring_all_reduce(dag, ranks, size_bytes, 0, {})
         elif algo == "tree":
-            _tree_all_reduce(dag, ranks, size_bytes, pipeline_chunks)
+            _tree_all_reduce(dag, ranks, size_bytes, server_blocks(ranks, servers))
         elif algo == "halving_doubling":
             _halving_doubling(dag, ranks, size_bytes)
         else:
