@@ -26,8 +26,13 @@ runs at the NIC's bound, where NCCL at that size is latency-bound (2 x 1,023 ste
   latency-bound collectives come out faster than the NIC allows. Measured: docs/simulator.md
   ("Resolution").
 
+- `NCCL_NVLINK_RING_STEP_US`: the latency of a transfer between two GPUs of a server (NVLink), on top of its
+  size at the NVLink rate: NCCL's intra-node step latency (`hwLat[NVLINK][Ring][Simple]`), so an 8-GPU ring
+  all-reduce in a server pays 14 x 3.4 µs (`SimOptions.nvlink_latency_s`, `--nvlink-latency-us`; 0 gives the
+  NVLink rate only). In-server transfers pay neither of the two network delays.
+
 Not modelled: NCCL's per-call base latency (`baseLat`, a few µs per collective) and its LL/LL128
-protocols for small messages; in-server (NVLink) transfers pay neither delay. Sources and the
+protocols for small messages. Sources and the
 resulting busbw-vs-size curves: docs/simulator.md ("Latency") and benchmarks/RESULTS.md.
 """
 from __future__ import annotations
@@ -35,6 +40,10 @@ from __future__ import annotations
 #: NCCL's latency for one inter-node step of a ring (Simple protocol), µs: `hwLat[NCCL_HW_NET][RING][SIMPLE]`
 #: in NVIDIA/nccl src/graph/tuning.cc, 14.0 from NCCL 2.26.2 to 2.30.7 (read 2026-12-04)
 NCCL_NET_RING_STEP_US = 14.0
+#: NCCL's latency for one intra-node (NVLink) step of a ring (Simple protocol), µs: `hwLat[NCCL_HW_NVLINK][RING][SIMPLE]`
+#: in NVIDIA/nccl src/graph/tuning.cc:159 (NCCL 2.30.7, commit 5067397c); every in-server transfer pays it
+#: (`SimOptions.nvlink_latency_s`, `--nvlink-latency-us`)
+NCCL_NVLINK_RING_STEP_US = 3.4
 #: port-to-port latency of a 51.2 Tbit/s-class Ethernet switch (Broadcom Tomahawk 5 class, cut-through), µs;
 #: vendors publish no datasheet figure: ~0.6 us is the figure reported for Tomahawk 5 (docs/simulator.md)
 SWITCH_PORT_TO_PORT_US = 0.6

@@ -175,7 +175,8 @@ class Simulated:
 
     def plan(self, workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
         check_all_to_all(self.all_to_all)  # before anything is planned
-        return plan_for_simulation(workload, fabric, options)
+        return plan_for_simulation(workload, fabric,
+                                   dataclasses.replace(options, nvlink_latency_us=self.sim.nvlink_latency_s * 1e6))
 
     def run(self, plan: ReplayPlan, routing: str, progress: Progress | None) -> BackendRun:
         return simulate_plan(plan, routing, self.sim, self.link_events, self.all_to_all, progress)

@@ -39,7 +39,8 @@ from typing import Any
 
 from fabric import topofile
 from fabric.errors import FabriclabError
-from fabric.latency import COARSE_RESOLUTION_US, DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
+from fabric.latency import (COARSE_RESOLUTION_US, DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US,
+                            NCCL_NVLINK_RING_STEP_US)
 from fabric.routing import MODES
 from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_crosscheck, cmd_plan, cmd_record,
                                 cmd_replay, cmd_report, cmd_sim, cmd_topo_check, cmd_topo_show, cmd_trace_show,
@@ -123,6 +124,10 @@ def _sim_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-hop-us", type=float, default=DEFAULT_PER_HOP_US,
                    help="latency per link of a transfer's path, real microseconds (default "
                         f"{DEFAULT_PER_HOP_US:g}: a 51.2T-class switch's port-to-port latency and 10 m of fibre)")
+    p.add_argument("--nvlink-latency-us", type=float, default=NCCL_NVLINK_RING_STEP_US,
+                   help="latency of each transfer between two GPUs of a server (NVLink), real microseconds (default "
+                        f"{NCCL_NVLINK_RING_STEP_US:g}: NCCL's intra-node step latency of its ring, Simple protocol; "
+                        "0: NVLink at its rate only)")
     p.add_argument("--resolution-us", type=float, default=None,
                    help="the simulator's time resolution, real microseconds: flows that end and events that fall "
                         "due within this long after the first are taken together, one rate computation for all "

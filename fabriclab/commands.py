@@ -142,7 +142,8 @@ def _sim_model(args: argparse.Namespace) -> Any:
     numpy_hugepage_advice_off()
     model = SimModel(per_transfer_us=args.per_transfer_us, per_hop_us=args.per_hop_us, resolution_us=args.resolution_us,
                      poll_ms=args.poll_ms, forwarding=args.forwarding, lockstep=args.lockstep,
-                     all_to_all=args.all_to_all, hierarchical_above_gpus=args.hierarchical_above)
+                     all_to_all=args.all_to_all, hierarchical_above_gpus=args.hierarchical_above,
+                     nvlink_latency_us=args.nvlink_latency_us)
     model.check()
     return model
 

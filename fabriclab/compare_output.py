@@ -40,11 +40,13 @@ def latency_note(spec: dict[str, Any]) -> str:
     """The latency a row was simulated with (its resolved run, `Row.spec`), in words."""
     res = (f"; events within {spec['resolution_us']:.3g} us taken together (--resolution-us)"
            if spec["resolution_us"] * 1e-6 > SimOptions().resolution_s else "")
+    nvlink = spec.get("nvlink_latency_us", 0.0)
+    nvl = f"; {nvlink:.3g} us per in-server (NVLink) transfer" if nvlink > 0 else ""
     if spec["per_transfer_us"] <= 0 and spec["per_hop_us"] <= 0:
-        return "latency: none (bandwidth only: --per-transfer-us 0 --per-hop-us 0)" + res
+        return "latency: none on the network (bandwidth only: --per-transfer-us 0 --per-hop-us 0)" + nvl + res
     return (f"latency: {spec['per_transfer_us']:.3g} us per transfer and {spec['per_hop_us']:.3g} us per link of its "
             "path (defaults: NCCL's per-network-step ring latency over a leaf-spine path, a 51.2T-class switch; "
-            "docs/simulator.md)" + res)
+            "docs/simulator.md)" + nvl + res)
 
 
 def _models(rows: Sequence[Row]) -> list[str]:

@@ -96,19 +96,27 @@ def test_ring_time_on_the_rail_fabric(k: int) -> None:
     assert res.collectives[0].busbw_bps == pytest.approx(k * 400e9, rel=0.01 if k == 1 else 0.031)
 
 
-@pytest.mark.parametrize("servers, k", [(3, 4), (4, 2), (4, 4), (16, 8)])
-def test_ring_latency_is_paid_where_the_ring_leaves_a_server(servers: int, k: int) -> None:
-    # 8 KiB over k GPUs of each server, a = 10 us a network transfer, NVLink free: a chunk on the ring's data path
-    # crosses k - 1 NVLink hops and then the network, so each pass (kN - 1 steps) pays the network N times, not
-    # kN - 1 times (the steps of one connection overlap, as in NCCL): 2N x a, plus chunk times of ~1 ns.
+@pytest.mark.parametrize("nvlink_us", [0.0, 3.4])
+@pytest.mark.parametrize("servers, k", [(1, 8), (3, 4), (4, 2), (4, 4), (16, 8)])
+def test_ring_latency_is_paid_where_the_ring_leaves_a_server(servers: int, k: int, nvlink_us: float) -> None:
+    # 8 KiB over k GPUs of each server, a = 10 us a network transfer, L a transfer over NVLink. A chunk on the
+    # ring's data path takes one NVLink hop a step (to the next GPU, or at a server's exit to the GPU of the ring's
+    # NIC, PXN), and at each exit the network: each pass (kN - 1 steps) pays L kN - 1 times and the network N times,
+    # not kN - 1 times (the steps of one connection overlap, as in NCCL): 2N a + 2(kN - 1) L, plus the bytes' time
+    # (8 KiB / kN at 400G and 3.6T: ~0.1 us). NCCL's own count (tuning.cc:412) is 2(N - 1) network steps and
+    # 2(kN - 1) - 2(N - 1) NVLink ones: the relay hops are ours.
     fabric = topofile.load("dual-plane-1024-rail")
     group = tuple(8 * s + i for s in range(servers) for i in range(k))
     c = Collective("all_reduce", 8 << 10, "bfloat16", group, "dp")
     w = Workload("t", "t", "kineto", 8 * servers, tuple(RankTrace(r, (Step(0, None, (), (c,)),)) for r in group),
                  False)
     from fabric.flowsim import SimOptions
-    res = simulated(w, "t", fabric, "adaptive", ReplayOptions(ports="planned"), sim=SimOptions(per_transfer_s=10e-6))
-    assert res.collectives[0].duration_real_us == pytest.approx(2 * servers * 10.0, rel=0.01)
+    res = simulated(w, "t", fabric, "adaptive", ReplayOptions(ports="planned"),
+                    sim=SimOptions(per_transfer_s=10e-6, nvlink_latency_s=nvlink_us * 1e-6))
+    n = k * servers
+    hand_us = (2 * servers * 10.0 if servers > 1 else 0.0) + 2 * (n - 1) * nvlink_us
+    # (the longest path may end on a network hop rather than an NVLink one: one L fewer, as at k = 2)
+    assert hand_us - nvlink_us - 0.2 <= res.collectives[0].duration_real_us <= hand_us * 1.01 + 0.2
 
 
 # --- all-to-all as one group, PXN ----------------------------------------------------------------------------------

@@ -1,19 +1,19 @@
 """NCCL's own cost model: which algorithm/protocol NCCL 2.30.7 picks for a collective, and its time estimate.
 
 A pure-Python reproduction (no I/O) of NVIDIA/nccl at commit 5067397c2676d5aed50042fc39e5c8ee96eb0027
-(v2.30.7-1): `ncclTopoTuneModel` (src/graph/tuning.cc:243-618) fills a latency (us) and bandwidth (GB/s,
-1 GB/s = 1e9 B/s) per (collective, algorithm, protocol); `ncclTopoGetAlgoTime` (tuning.cc:630-655)
-turns one entry into a time for n bytes; `topoGetAlgoInfo` (src/enqueue.cc:2028-2046) takes the argmin.
-Line numbers below refer to that commit. Inputs are what NCCL prints at init: node/rank counts and the
-ring and tree search graphs ("Pattern 4, crossNic 0, nChannels 8, bw 48.0/48.0, type NVL/PXN").
+(NCCL 2.30.7, same sources as tag v2.30.7-1): `ncclTopoTuneModel` (src/graph/tuning.cc:243-618) fills a
+latency (us) and bandwidth (GB/s = 1e9 B/s) per (collective, algorithm, protocol); `ncclTopoGetAlgoTime`
+(tuning.cc:630-655) turns one entry into a time for n bytes; `topoGetAlgoInfo` (src/enqueue.cc:2028-2046)
+takes the argmin (line numbers: that commit). Inputs are what NCCL prints at init: node/rank counts and
+the ring and tree search graphs ("Pattern 4, crossNic 0, nChannels 8, bw 48.0/48.0, type NVL/PXN").
 
-Modelled: Tree, Ring and PAT with LL, LL128 and Simple for the five collectives NCCL tunes; the default
+Modelled: Tree, Ring and PAT x LL, LL128, Simple for the five collectives NCCL tunes, with the default
 enable rules (tree only for all-reduce, tuning.cc:294-298; PAT only for all-gather/reduce-scatter, Simple,
 one GPU per node, host network, sm >= 60, tuning.cc:215-223,302-304; LL128 only over NVB-or-better
-intra-node paths and PXN-or-better (Hopper+) / PXB-or-better inter-node paths, tuning.cc:517-536);
-the tree size correction, the ring plateau and the latency count of aggregated operations (tuning.cc:639-653).
-The stored bandwidth is what NCCL stores and prints: for Ring and Tree the bus bandwidth already converted
-to algorithm bandwidth (tuning.cc:376-382); for PAT on all-gather/reduce-scatter it stays bus bandwidth.
+intra-node and PXN-or-better (Hopper+, else PXB) inter-node paths, tuning.cc:517-536), the tree size
+correction, the ring plateau and aggregated operations (tuning.cc:639-653). The bandwidth is what NCCL
+stores and prints: for Ring and Tree already converted from bus to algorithm bandwidth (tuning.cc:376-382),
+for PAT (all-gather/reduce-scatter) still bus bandwidth.
 
 Not modelled, on purpose: NVLS and NVLSTree need NVLink SHARP (NVSwitch multicast) and NVLS is off on
 multi-node without CollNet (tuning.cc:504-506); CollNetDirect/CollNetChain need a CollNet (SHARP) plugin
@@ -74,6 +74,11 @@ def _require_int(name: str, value: object, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
+def _require_in(name: str, value: object, options: tuple[object, ...]) -> None:
+    if value not in options:
+        raise ValueError(f"{name} must be one of {options}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class Graph:
     """One search graph as NCCL prints it (src/graph/search.cc:1319): nChannels, bw intra/inter, types.
@@ -97,11 +102,9 @@ class Graph:
             bw = getattr(self, name)
             if not isinstance(bw, (int, float)) or not math.isfinite(bw) or bw <= 0:
                 raise ValueError(f"{name} must be a finite number > 0, got {bw!r}")
-        for name in ("type_intra", "type_inter"):
-            if getattr(self, name) not in PATH_TYPES:
-                raise ValueError(f"{name} must be one of {PATH_TYPES}, got {getattr(self, name)!r}")
-        if self.pattern not in range(7):
-            raise ValueError(f"pattern must be 0 (unknown) or an NCCL pattern 1..6, got {self.pattern!r}")
+        _require_in("type_intra", self.type_intra, PATH_TYPES)
+        _require_in("type_inter", self.type_inter, PATH_TYPES)
+        _require_in("pattern (0 = unknown)", self.pattern, tuple(range(7)))
         if not math.isfinite(self.latency_inter_us) or self.latency_inter_us < 0:
             raise ValueError(f"latency_inter_us must be >= 0, got {self.latency_inter_us!r}")
 
@@ -127,8 +130,7 @@ class Machine:
             raise ValueError(f"n_ranks ({self.n_ranks}) must be divisible by n_nodes ({self.n_nodes})")
         if self.cuda_arch < 30:
             raise ValueError(f"cuda_arch is major*10+minor (e.g. 90 for H100), got {self.cuda_arch}")
-        if self.cpu not in CPUS:
-            raise ValueError(f"cpu must be one of {CPUS}, got {self.cpu!r}")
+        _require_in("cpu", self.cpu, CPUS)
 
     @property
     def cc_index(self) -> int:  # tuning.cc:263-266
@@ -162,19 +164,6 @@ class Choice:
 
 def _log2i(n: int) -> int:  # log2Down, src/include/bitops.h:292-322 (host: -1 for 0)
     return n.bit_length() - 1
-
-
-def _check(collective: str, algo: str | None = None, proto: str | None = None) -> None:
-    if collective not in COLLECTIVES:
-        raise ValueError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
-    if algo is not None and algo not in ALGORITHMS:
-        raise ValueError(f"algo must be one of {ALGORITHMS}, got {algo!r}")
-    if proto is not None and proto not in PROTOCOLS:
-        raise ValueError(f"proto must be one of {PROTOCOLS}, got {proto!r}")
-
-
-def _pat_enabled(m: Machine) -> bool:  # ncclPatEnable, tuning.cc:216-223 (NCCL_PAT_ENABLE default 2)
-    return m.cuda_arch >= 60 and m.n_nodes == m.n_ranks and not m.net_offload
 
 
 def _ll128_enabled(m: Machine, g: Graph) -> bool:  # tuning.cc:518-536 with NCCL_LL128_C2C=1
@@ -226,32 +215,20 @@ def _latency(m: Machine, g: Graph, coll: str, algo: str, p: int) -> float:
     ppn = m.n_ranks // m.n_nodes
     lat = BASE_LAT[algo][p]
     intra = _hw_lat(m, intra_hw, algo, p)
-    inter = _hw_lat(m, "net", "tree" if ppn == 1 else algo, p) + g.latency_inter_us  # tuning.cc:387-389
-    if p == 2:
-        inter += g.latency_inter_us  # flush, tuning.cc:391
+    # tuning.cc:387-391: ppn 1 exposes the tree's network latency; Simple adds latencyInter again (flush)
+    inter = _hw_lat(m, "net", "tree" if ppn == 1 else algo, p) + g.latency_inter_us * (2 if p == 2 else 1)
     nsteps = _nsteps(m, coll)
     if algo == "ring" and coll in ("broadcast", "reduce"):  # tuning.cc:394-402
         step = _hw_lat(m, hw, "ring", p)
-        if g.same_channels:
-            return lat + step
-        return lat + nsteps * (_hw_lat(m, hw, "tree", p) if p == 2 else step)
+        return lat + (step if g.same_channels else nsteps * (_hw_lat(m, hw, "tree", p) if p == 2 else step))
     if algo == "ring":  # tuning.cc:404-412
-        overhead = 0.0
-        if m.n_nodes > 1:
-            overhead = (2.0 if m.cpu == "amd" else 1.0) * (3 if p == 2 else 1)  # getNetOverhead, :228-233
-        intra = max(intra, overhead)
+        overhead = (2.0 if m.cpu == "amd" else 1.0) * (3 if p == 2 else 1)  # getNetOverhead, :228-233
+        intra = max(intra, overhead if m.n_nodes > 1 else 0.0)
         n_inter = 0 if m.n_nodes == 1 else 2 * (m.n_nodes - 1) if coll == _AR else m.n_nodes - 1
         return lat + (nsteps - n_inter) * intra + n_inter * inter
     if algo == "tree":  # tuning.cc:415-417
         return lat + 2 * ((ppn - 1) * intra + _log2i(m.n_nodes) * inter) if coll == _AR else lat
     return lat + _log2i(m.n_nodes) * (inter / 3.5) + m.n_ranks * 2.8  # PAT, tuning.cc:430-433
-
-
-def _default_comm_channels(m: Machine, ring: Graph, n_ch: int) -> int:
-    channels = min(MAX_CHANNELS, 2 * n_ch)  # connect.cc:460, duplication
-    if m.cuda_arch >= 90 and m.n_nodes > 1 and ring.bw_intra_GBps > 45.0 and channels < 16:
-        channels *= 2  # connect.cc:480-483
-    return min(channels, MAX_CHANNELS)  # connect.cc:503 (NCCL_MAX_NCHANNELS, maxCTAs default 64)
 
 
 def tune(machine: Machine, graphs: Mapping[str, Graph], comm_channels: int | None = None) -> TuningTable:
@@ -264,15 +241,18 @@ def tune(machine: Machine, graphs: Mapping[str, Graph], comm_channels: int | Non
     if not isinstance(ring, Graph) or not isinstance(tree, Graph):
         raise TypeError("graphs values must be Graph instances")
     n_ch = min(ring.n_channels, tree.n_channels)
-    if comm_channels is None:
-        comm_channels = _default_comm_channels(machine, ring, n_ch)
-    else:
-        _require_int("comm_channels", comm_channels)
+    if comm_channels is None:  # connect.cc:460 (duplication), 480-483 (Hopper+ multi-node), 503 (max 64)
+        comm_channels = min(MAX_CHANNELS, 2 * n_ch)
+        if machine.cuda_arch >= 90 and machine.n_nodes > 1 and ring.bw_intra_GBps > 45.0 and comm_channels < 16:
+            comm_channels *= 2
+    _require_int("comm_channels", comm_channels)
     simple_ring = 256 if ring.bw_intra_GBps * n_ch <= PCI_BW_GBps else 512  # tuning.cc:244-247
     threads = {("tree", "LL"): 512, ("tree", "LL128"): 640, ("tree", "Simple"): 512, ("ring", "LL"): 512,
                ("ring", "LL128"): 640, ("ring", "Simple"): simple_ring}  # tuning.cc:248-257, device.h:93-114
     threads.update({(a, "Simple"): 640 for a in ALGO_KEYS[2:6]})
     entries: dict[tuple[str, str, str], Entry] = {}
+    # ncclPatEnable, tuning.cc:216-223 (NCCL_PAT_ENABLE default 2)
+    pat_on = machine.cuda_arch >= 60 and machine.n_nodes == machine.n_ranks and not machine.net_offload
     if machine.n_ranks <= 1:  # tuning.cc:261
         return TuningTable(machine, comm_channels, entries, threads)
     for coll in COLLECTIVES:
@@ -281,7 +261,7 @@ def tune(machine: Machine, graphs: Mapping[str, Graph], comm_channels: int | Non
                 continue  # tuning.cc:294-298
             g = ring if algo == "ring" else tree
             for p, proto in enumerate(PROTOCOLS):
-                if algo == "pat" and (p != 2 or not _pat_enabled(machine)):
+                if algo == "pat" and (p != 2 or not pat_on):
                     continue  # tuning.cc:302-304
                 bw = _algo_bw(machine, g, n_ch, tree.pattern, coll, algo, p)
                 if p == 1 and not _ll128_enabled(machine, g):
@@ -295,7 +275,9 @@ def algo_time_us(table: TuningTable, collective: str, algo: str, proto: str, n_b
     """ncclTopoGetAlgoTime (tuning.cc:630-655): lat * latCount + n_bytes / (1000 * bw) in us, -1 when
     disabled. `n_bytes` is NCCL's nBytes = the nccl-tests size (see module docstring); `num_pipe_ops`
     is the number of aggregated operations (1 for a lone call)."""
-    _check(collective, algo, proto)
+    for name, value, options in (("collective", collective, COLLECTIVES), ("algo", algo, ALGORITHMS),
+                                 ("proto", proto, PROTOCOLS)):
+        _require_in(name, value, options)
     _require_int("n_bytes", n_bytes, 0)
     _require_int("num_pipe_ops", num_pipe_ops)
     entry = table.entries.get((collective, algo, proto))
@@ -317,10 +299,10 @@ def choose(table: TuningTable, collective: str, n_bytes: int, algos: tuple[str, 
            num_pipe_ops: int = 1) -> Choice:
     """topoGetAlgoInfo's argmin (enqueue.cc:2032-2044): lowest non-negative time, first in NCCL order
     (tree, ring, pat x LL, LL128, Simple) on ties. `algos` restricts the candidates (like NCCL_ALGO)."""
-    _check(collective)
+    _require_in("collective", collective, COLLECTIVES)
     candidates = ALGORITHMS if algos is None else tuple(algos)
     for a in candidates:
-        _check(collective, a)
+        _require_in("algo", a, ALGORITHMS)
     if table.machine.n_ranks == 1:  # enqueue.cc:1993-1996
         return Choice("ring", "Simple", 0.0, {("ring", "Simple"): 0.0})
     times = {(a, p): algo_time_us(table, collective, a, p, n_bytes, num_pipe_ops)
@@ -337,21 +319,17 @@ def choose(table: TuningTable, collective: str, n_bytes: int, algos: tuple[str, 
 def format_table(table: TuningTable) -> str:
     """The NCCL_DEBUG_SUBSYS=TUNING table (tuning.cc:543-585) without the "host:pid:tid [dev] NCCL INFO"
     prefix: all seven NCCL algorithms in blocks of three; the ones not modelled print 0.0/0.0."""
-    lines = []
+    lines, off = [], Entry(0.0, 0.0)
     for block in range(0, len(ALGO_KEYS), 3):
         algos = ALGO_KEYS[block:block + 3]
-        lines.append("  Algorithm   |" + "".join(f" {'':>14}   {NCCL_ALGO_NAMES[ALGO_KEYS.index(a)]:>14}   {'':>14} |"
-                                                  for a in algos))
+        lines.append("  Algorithm   |" + "".join(f" {'':>14}   {NCCL_ALGO_NAMES[block + i]:>14}   {'':>14} |"
+                                                  for i in range(len(algos))))
         lines.append("  Protocol    |" + "".join(f" {p:>14} |" for _ in range(3) for p in PROTOCOLS))
         lines.append(" Max NThreads |" + "".join(f" {table.max_threads.get((a, p), 0):>14d} |"
                                                  for a in algos for p in PROTOCOLS))
         for coll, name in zip(COLLECTIVES, NCCL_FUNC_NAMES):
-            cells = []
-            for a in algos:
-                for p in PROTOCOLS:
-                    e = table.entries.get((coll, a, p), Entry(0.0, 0.0))
-                    cells.append(f"{e.latency_us:8.1f}/{e.bw_GBps:6.1f} |")
-            lines.append(f"{name:>13} |" + "".join(cells))
+            cells = [table.entries.get((coll, a, p), off) for a in algos for p in PROTOCOLS]
+            lines.append(f"{name:>13} |" + "".join(f"{e.latency_us:8.1f}/{e.bw_GBps:6.1f} |" for e in cells))
     return "\n".join(lines)
 
 

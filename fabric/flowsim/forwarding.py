@@ -48,6 +48,7 @@ class Forwarding(ABC):
         self.pool, self.flows, self.clock, self.finished = pool, flows, clock, finished
         self.per_transfer_s = opts.per_transfer_s
         self.per_hop_s = opts.per_hop_s
+        self.nvlink_latency_s = opts.nvlink_latency_s
         self.per_hop = opts.per_hop_s > 0  # (the pool's `hops` are kept only then)
 
     @abstractmethod
@@ -71,15 +72,17 @@ class Forwarding(ABC):
         raise NotImplementedError
 
     def _local_delay(self, g: IntArray) -> FloatArray:
-        """The NVLink time of local transfers `g` (0 for those of ranks on one host)."""
+        """The NVLink time of local transfers `g`, plus `SimOptions.nvlink_latency_s` each (0 for those of ranks on
+        one host)."""
         out = np.zeros(g.size)
         pool = self.pool
         of = pool.t_job[g]
         for job in np.unique(of).tolist():
-            local_s = pool.template(job).shape.local_s
-            if local_s is not None:
+            shape = pool.template(job).shape
+            if shape.local_s is not None and shape.nvlink is not None:
                 mine = of == job
-                out[mine] = local_s[g[mine] - pool.base[job]]
+                at = g[mine] - pool.base[job]
+                out[mine] = shape.local_s[at] + self.nvlink_latency_s * shape.nvlink[at]
         return out
 
     def _hop_delay(self, g: IntArray) -> FloatArray:

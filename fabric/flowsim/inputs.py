@@ -78,6 +78,9 @@ class SimOptions:
     seed: int = 0  # for hashed source ports
     per_transfer_s: float = 0.0  # fixed delay per transfer (e.g. software overhead), seconds
     per_hop_s: float = 0.0  # latency per link of a transfer's path, seconds
+    # latency of a transfer between two GPUs of a server (NVLink), on top of its size at the NVLink rate, seconds
+    # (`fabric.latency.NCCL_NVLINK_RING_STEP_US` in `fabriclab sim` and `compare`)
+    nvlink_latency_s: float = 0.0
     # congestion feedback: every poll_s of simulated time while flows run, the policy is given the
     # rates of every switch egress link and every slot (as the controller's port and flow counters give
     # them) and may move slots; 0: never (a policy without a load reaction is never polled)
@@ -118,9 +121,9 @@ class SimOptions:
     def check(self) -> None:
         if self.cut_through and self.lockstep:
             raise FlowSimError("cut_through and lockstep exclude each other (lockstep waits for whole steps)")
-        if self.per_transfer_s < 0 or self.per_hop_s < 0:
+        if self.per_transfer_s < 0 or self.per_hop_s < 0 or not self.nvlink_latency_s >= 0:
             raise FlowSimError(f"overheads must be >= 0, got per_transfer_s={self.per_transfer_s}, "
-                               f"per_hop_s={self.per_hop_s}")
+                               f"per_hop_s={self.per_hop_s}, nvlink_latency_s={self.nvlink_latency_s}")
         if not (0 <= self.resolution_s <= 1e-3):
             raise FlowSimError(f"resolution_s must be in [0, 1 ms], got {self.resolution_s}")
         if not 0 < self.goodput_share <= 1:

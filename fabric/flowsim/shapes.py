@@ -40,9 +40,11 @@ class _Shape:
         # per transfer, the seconds an in-server transfer between two GPUs takes at the NVLink rate (0:
         # across the fabric, or both ranks on one host); None: there is none
         self.local_s: npt.NDArray[np.float64] | None = None
+        self.nvlink: npt.NDArray[np.bool_] | None = None  # between two GPUs of a server (`SimOptions.nvlink_latency_s`)
         nvlink = ~self.remote & (src != dst)
         if bool(nvlink.any()):
             self.local_s = np.where(nvlink, self.size * 8 / nvlink_bps, 0.0)
+            self.nvlink = nvlink
 
     @functools.cached_property
     def phase_of(self) -> IntArray:

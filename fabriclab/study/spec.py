@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fabric.errors import FabriclabError
-from fabric.latency import COARSE_RESOLUTION_US, DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US
+from fabric.latency import (COARSE_RESOLUTION_US, DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US,
+                            NCCL_NVLINK_RING_STEP_US)
 from traffic.traces import LLM_PREFIX  # the prefix of a generated LLM step where a trace goes
 
 #: above this many GPUs a ring all-reduce runs hierarchical and lockstep is on (the defaults of `SimModel`)
@@ -137,6 +138,7 @@ class SimModel:
     lockstep: str = "auto"
     all_to_all: str = "auto"
     hierarchical_above_gpus: int = FLAT_RING_MAX
+    nvlink_latency_us: float = NCCL_NVLINK_RING_STEP_US  # per in-server (NVLink) transfer (`SimOptions`)
 
     def options(self, llm: bool) -> Any:
         """The simulator's options of every size (`fabric.flowsim.SimOptions`; lockstep is a size's: `Resolved`)
@@ -148,12 +150,14 @@ class SimModel:
             resolution = COARSE_RESOLUTION_US if llm else DEFAULT_RESOLUTION_US
         return SimOptions(per_transfer_s=self.per_transfer_us / 1e6, per_hop_s=self.per_hop_us / 1e6,
                           poll_s=self.poll_ms / 1e3, cut_through=self.forwarding == "cut-through",
-                          resolution_s=resolution / 1e6)
+                          resolution_s=resolution / 1e6, nvlink_latency_s=self.nvlink_latency_us / 1e6)
 
     def check(self) -> None:
         if self.per_transfer_us < 0 or self.per_hop_us < 0:
             raise SpecError(f"--per-transfer-us and --per-hop-us must be >= 0, got {self.per_transfer_us:g} and "
                             f"{self.per_hop_us:g}")
+        if not 0 <= self.nvlink_latency_us <= 1000:
+            raise SpecError(f"--nvlink-latency-us must be in [0, 1000], got {self.nvlink_latency_us:g}")
         if self.resolution_us is not None and not 0 <= self.resolution_us <= 1000:
             raise SpecError(f"--resolution-us must be in [0, 1000], got {self.resolution_us:g}")
         if not self.poll_ms >= 0:
@@ -204,6 +208,7 @@ class Resolved:
     lockstep: bool
     all_to_all: str  # the model asked; "auto" is exact up to `all_to_all_exact_max_ranks` ranks a call
     all_to_all_exact_max_ranks: int
+    nvlink_latency_us: float = 0.0  # per in-server transfer (0 in rows resolved before it was modelled)
     # the choices of the issues to come, at today's behaviour: the algorithm as asked (not NCCL's tuning model),
     # one ring per NIC where a group has several GPUs in each server, PXN as asked, the exact event-driven model
     nccl_algorithm: str = "as asked"  # NCCL's tuning model is not applied yet
@@ -222,7 +227,8 @@ class Resolved:
 
     def sim_options(self) -> Any:
         """The simulator's options of this run (`fabric.flowsim.SimOptions`)."""
-        model = SimModel(self.per_transfer_us, self.per_hop_us, self.resolution_us, self.poll_ms, self.forwarding)
+        model = SimModel(self.per_transfer_us, self.per_hop_us, self.resolution_us, self.poll_ms, self.forwarding,
+                         nvlink_latency_us=self.nvlink_latency_us)
         return dataclasses.replace(model.options(llm=False), lockstep=self.lockstep)
 
     def doc(self) -> dict[str, Any]:
@@ -266,7 +272,8 @@ def resolve(spec: RunSpec, gpus: int, topology: str, routing: str, extra: str = 
                     repeat=o.repeat, compute_gap_us=o.compute_gap_us, step_ops=o.step_ops,
                     per_transfer_us=m.per_transfer_us, per_hop_us=m.per_hop_us, resolution_us=resolution,
                     poll_ms=m.poll_ms, forwarding=m.forwarding, lockstep=lockstep, all_to_all=m.all_to_all,
-                    all_to_all_exact_max_ranks=A2A_EXACT_MAX, launchless_kernels=o.launchless_kernels,
+                    all_to_all_exact_max_ranks=A2A_EXACT_MAX, nvlink_latency_us=m.nvlink_latency_us,
+                    launchless_kernels=o.launchless_kernels,
                     pxn="on" if o.pxn else "off",
                     why=tuple(why))
 
@@ -282,7 +289,7 @@ def job_gpus(workload: Any, hosts: int, ranks: int | None) -> int:
 def format_spec(doc: dict[str, Any], title: str = "model") -> str:
     """A resolved run as the reports print it: one line of the choices, then why the auto ones came out so."""
     keys = ("gpus", "algorithm", "channels", "ports", "lockstep", "all_to_all", "resolution_us", "per_transfer_us",
-            "per_hop_us", "poll_ms", "forwarding", "nccl_algorithm", "channels_per_nic", "pxn", "sim_model")
+            "per_hop_us", "nvlink_latency_us", "poll_ms", "forwarding", "nccl_algorithm", "channels_per_nic", "pxn", "sim_model")
     line = ", ".join(f"{k} {doc[k]}" for k in keys if k in doc)
     return f"{title:<12} {line}" + (f"\n  auto       {'; '.join(doc['why'])}" if doc.get("why") else "")
 

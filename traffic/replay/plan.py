@@ -107,6 +107,9 @@ class ReplayOptions:
     step_ops: int | None = None  # NCCL logs: collectives per step (None: the steps the reader finds)
     launchless_kernels: str | None = None  # Kineto: GPU kernels without a launch (None: "leave-out"; "by-time")
     pxn: bool = True  # NCCL's PXN (`traffic.collectives.schedule_columns`)
+    # latency of each in-server (NVLink) transfer on an all in-server collective's path (`local_path_us`); the
+    # simulator sets it from `SimOptions.nvlink_latency_s` (`plan_for_simulation`), the emulator leaves it at 0
+    nvlink_latency_us: float = 0.0
     port: int = 7000  # the agents' first data port (one per stream lane)
     ports: str = "planned"  # source ports: "planned" (channel c on the c-th path) or "hashed" (as the OS picks)
     seed: int = 0  # for hashed source ports
@@ -446,7 +449,7 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     for (kind, size_real, ranks, lane), tid in sorted(keys.items(), key=lambda kv: kv[1]):
         d = dag_of[(kind, size_real, ranks)]
         a, b, remote = host_pairs[d]
-        local_us = (local_path_us(dags[d], placement, pos, server, fabric.nvlink_bps)
+        local_us = (local_path_us(dags[d], placement, pos, server, fabric.nvlink_bps, options.nvlink_latency_us)
                     if (g > 1 or not len(dags[d])) and not remote.size else None)  # an empty DAG: 0
         templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
                                   dags[d], lane, local_us))
@@ -616,10 +619,10 @@ def _shared_host_notes(workload: Workload, fabric: Fabric, placement: Placement,
 
 
 def local_path_us(dag: TransferColumns, placement: Placement, pos: dict[str, int], server: IntArray,
-                  nvlink_bps: float) -> float:
+                  nvlink_bps: float, latency_us: float = 0.0) -> float:
     """Real microseconds an all in-server DAG takes: its critical path, each transfer between two GPUs
-    taking size x 8 / `nvlink_bps` (0 between ranks on one GPU) once every transfer it depends on is
-    delivered (a ring all-reduce of S bytes over n GPUs: 2(n - 1) x S/n x 8 / nvlink_bps)."""
+    taking size x 8 / `nvlink_bps` + `latency_us` (0 between ranks on one GPU) once every transfer it depends on
+    is delivered (a ring all-reduce of S bytes over n GPUs: 2(n - 1) x (S/n x 8 / nvlink_bps + latency))."""
     a, b = _rank_hosts(dag, placement, pos)
     if bool((server[a] != server[b]).any()):
         raise ReplayError(f"{dag.label or 'transfer DAG'}: not all in-server")
@@ -627,7 +630,7 @@ def local_path_us(dag: TransferColumns, placement: Placement, pos: dict[str, int
         return 0.0
     if not nvlink_bps > 0:
         raise ReplayError(f"{dag.label or 'transfer DAG'}: in-server transfers need the fabric's nvlink_gbps > 0")
-    took_s = np.where(a != b, dag.size_bytes * 8 / nvlink_bps, 0.0).tolist()
+    took_s = np.where(a != b, dag.size_bytes * 8 / nvlink_bps + latency_us * 1e-6, 0.0).tolist()
     dep, ptr = dag.dep.tolist(), dag.dep_ptr.tolist()
     end_s = [0.0] * len(took_s)
     for i, t in enumerate(took_s):  # dependencies are earlier transfers: one pass in order

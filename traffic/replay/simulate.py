@@ -126,7 +126,11 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
     tell = progress or (lambda p: None)
     wall0, t0 = time.time(), time.monotonic()
     fabric = plan.fabric
+    if sim.nvlink_latency_s and abs(sim.nvlink_latency_s * 1e6 - plan.options.nvlink_latency_us) > 1e-9:
+        raise ReplayError(f"NVLink latency {sim.nvlink_latency_s * 1e6:g} us to simulate a plan made with "
+                          f"{plan.options.nvlink_latency_us:g} us (plan it with that ReplayOptions.nvlink_latency_us)")
     sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed,
+                              nvlink_latency_s=plan.options.nvlink_latency_us / 1e6,
                               transfer_times=False)  # the report needs the calls' times only
     policy = load_policy(routing)(PathTable(fabric))
     # every link up; each lane's connections counted among themselves (a stream's calls run one at a time)
