@@ -522,3 +522,32 @@ def test_columns_are_checked_like_the_dag():
         with_(dep=good.dep[::-1].copy())
     with pytest.raises(TransferError, match="different lengths"):
         with_(phase=good.phase[:-1])
+
+
+# --- PAT ----------------------------------------------------------------------------------------------------
+
+def test_pat_all_gather_5_ranks_by_hand():
+    # n = 5, S = 5000: blocks of 1000. Step 0 (d = 1): q sends block q to q - 1; step 1 (d = 2): blocks q, q+1 to
+    # q - 2; step 2 (d = 4, c = min(4, 1) = 1): block q to q - 4 = q + 1. Each rank sends 4000 = (n-1)/n x S.
+    dag = schedule("all_gather", 5000, list(range(5)), "pat")
+    assert by_phase(dag) == {0: {(q, (q - 1) % 5): 1000 for q in range(5)},
+                             1: {(q, (q - 2) % 5): 2000 for q in range(5)},
+                             2: {(q, (q + 1) % 5): 1000 for q in range(5)}}
+    at = index_of(dag)
+    # rank 3's step-2 send waits for both of its earlier receives (from 4 at step 0, from 0 at step 1)
+    assert dep_keys(dag, at[(3, 4, 2)]) == {(4, 3, 0), (0, 3, 1)}
+
+
+def test_pat_reduce_scatter_is_the_all_gather_reversed():
+    ag = by_phase(schedule("all_gather", 8000, list(range(4)), "pat"))
+    rs = by_phase(schedule("reduce_scatter", 8000, list(range(4)), "pat"))
+    # n = 4: all-gather d = 1 (2000 B to q - 1), then d = 2 (4000 B to q - 2); reduce-scatter: d = 2 first, then 1,
+    # each towards q + d
+    assert ag == {0: {(q, (q - 1) % 4): 2000 for q in range(4)}, 1: {(q, (q - 2) % 4): 4000 for q in range(4)}}
+    assert rs == {0: {((q - 2) % 4, q): 4000 for q in range(4)}, 1: {((q - 1) % 4, q): 2000 for q in range(4)}}
+
+
+def test_pat_refuses_a_group_with_two_gpus_in_a_server():
+    with pytest.raises(TransferError, match="PAT only with one GPU per server"):
+        schedule("all_gather", 4000, [0, 1, 4], "pat", servers=[(0, 1, 2, 3), (4, 5, 6, 7)])
+    assert len(schedule("all_gather", 4000, [0, 4], "pat", servers=[(0, 1, 2, 3), (4, 5, 6, 7)])) == 2

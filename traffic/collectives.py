@@ -15,22 +15,32 @@ Conventions shared by every algorithm:
   connection, as a connection delivers in order (the two trees of `tree` are two channels, as in
   NCCL, each with its own connections). Data already on a rank at the start needs nothing.
 - `phase` is the step of the algorithm in an ideal lock-step run (0, 1, ...). Pipelined algorithms
-  (tree, broadcast, reduce) overlap: chunk c crosses its h-th hop in phase c + h.
+  (broadcast, reduce) overlap: chunk c crosses its h-th hop in phase c + h.
+- The rings of one NIC each (`nic_rings`) leave out the order per connection: NCCL keeps several steps of a
+  connection in flight (NCCL_STEPS), so a ring's latency is its data path's, not its steps' (a connection's
+  steps may then share its NIC for a while, where NCCL would send them in order: up to 3% later measured).
 - Transfers between two ranks on the same host stay in the DAG; the backend decides they are local.
 - The ring order is the order of `ranks` as given; the caller picks it (e.g. sorted by placement).
 
 Algorithms (`ALGORITHMS`):
 - all_reduce `ring`: reduce-scatter then all-gather around the ring, 2(n-1) steps of S/n per rank.
-- all_reduce `tree`: NCCL-style double binary tree. Tree A is an in-order binary tree over positions
-  0..n-1 of `ranks`: position 0 is the root with one child; positions 1..n-1 form a tree where the
-  root of any range of positions is the one with the most trailing zero bits (so odd positions are
-  the leaves; n=8: 0 -> 4, 4 -> 2 and 6, 2 -> 1 and 3, 6 -> 5 and 7). Tree B is the same shape over a
-  renumbering: mirrored (position p holds ranks[n-1-p]) when n is even, shifted (ranks[(p+1) % n])
-  when n is odd, so that the leaves of one tree are inner nodes of the other. Each tree carries one
-  half of the buffer (halves differ by at most a byte), reduced up to its root and broadcast back
-  down, pipelined in `pipeline_chunks` chunks per half. Up-send of chunk c from a node of height h
-  (leaves 0): phase c + h; down-send of chunk c from a node at depth d: phase H + c + d (H = the
-  root's height).
+- all_reduce `tree`: NCCL's double binary tree between servers with a chain inside each, as steady-state flows
+  (issue 43 part 3), not as thousands of chunk transfers. The trees' shape: tree A is an in-order binary tree
+  over positions 0..n-1 of the nodes: position 0 is the root with one child; positions 1..n-1 form a tree
+  where the root of any range of positions is the one with the most trailing zero bits (so odd positions are
+  the leaves; n=8: 0 -> 4, 4 -> 2 and 6, 2 -> 1 and 3, 6 -> 5 and 7), as NCCL's `ncclGetBtree`
+  (src/graph/trees.cc). Tree B is the same shape over a renumbering: mirrored (position p holds node n-1-p)
+  when n is even, shifted (node (p+1) % n) when n is odd, so that the leaves of one tree are inner nodes of
+  the other (`ncclGetDtree`). The nodes are the group's servers where it has the same k > 1 GPUs on each
+  (`server_blocks`), else its ranks (k = 1). Per NIC j (the j-th GPU of each server, NCCL's trees enter and
+  leave a node through one NIC: src/graph/search.cc:601) and tree t, part 2j + t of the buffer (S/(2k)) moves
+  as flows that all run at once: up every tree edge (child's GPU j -> parent's GPU j) and down it, and up and
+  down each server's chain over NVLink (GPU j, j+1, ..., j-1: the tail's data climbs to GPU j). The down
+  flows wait for the fill: a 0-byte token climbs from every chain's tail to the root, each node's after its
+  children's; a 0-byte token then descends behind the down flows (the drain). So the time is fill + the flows
+  at their common max-min rate + drain: the latency of NCCL's model, 2 x ((k-1) intra + depth x inter)
+  (src/graph/tuning.cc:416), and a server inner in one tree and a leaf in the other sends 4 parts (2S/k) out
+  of each NIC: busbw S/T x 2(n-1)/n -> k x the NIC rate at large n.
 - all_reduce `halving_doubling`: recursive halving reduce-scatter (partner at distance p/2 first,
   then p/4, ... 1, sending S/2, S/4, ... S/p), then recursive doubling all-gather (distance 1, 2, ...
   p/2, sending S/p, ... S/2). For n not a power of two, with p the largest power of two below n and
@@ -42,6 +52,12 @@ Algorithms (`ALGORITHMS`):
   chunk j across the groups between the j-th members, ring all-gather inside each group.
 - all_gather, reduce_scatter `ring`: n-1 steps of S/n per rank; position q ends with / starts with
   chunk q.
+- all_gather, reduce_scatter `pat`: NCCL's PAT, at one GPU per server only (src/graph/tuning.cc:220), as a flow
+  model with its logarithmic steps: Bruck's all-gather (`pat_steps`), ceil(log2 n) steps, in step i position q
+  sends the 2^i blocks it holds (fewer in the last) to q - 2^i; (n-1)/n x S a rank in all, as the ring.
+  Reduce-scatter: the same transfers reversed in direction and order. NCCL's PAT aggregates and bounds its
+  buffers (src/include/collectives.h, PatAGAlgorithm/PatRSAlgorithm); its bandwidth cost (x0.75 in NCCL's
+  model, tuning.cc:337) is the tuning model's, not this DAG's.
 - all_to_all `pairwise` (the default): n-1 rounds; in round k position q sends piece q+k to q+k and
   receives from q-k, after its receive of round k-1 has arrived: each round is a permutation, so no
   receiver takes more than one sender at a time (NCCL schedules its grouped sends and receives to
@@ -89,8 +105,8 @@ from traffic.workload import KINDS
 #: The algorithms per collective kind; the first is what "auto" picks (see `resolve_algorithm`).
 ALGORITHMS: dict[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "tree", "halving_doubling", "hierarchical"),
-    "reduce_scatter": ("ring",),
-    "all_gather": ("ring",),
+    "reduce_scatter": ("ring", "pat"),
+    "all_gather": ("ring", "pat"),
     "all_to_all": ("pairwise", "direct"),
     "broadcast": ("ring",),
     "reduce": ("ring",),
@@ -103,7 +119,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
 #: Kinds whose ring runs one ring per NIC where the group has several GPUs in each server (`nic_rings`).
 NIC_RING_KINDS = ("all_reduce", "reduce_scatter", "all_gather")
 
-#: Chunks per pipelined stream (each tree half, the broadcast/reduce chain).
+#: Chunks per pipelined stream (the broadcast/reduce chain).
 DEFAULT_PIPELINE_CHUNKS = 4
 
 _ROOTED = ("broadcast", "reduce", "gather", "scatter")
@@ -440,6 +456,37 @@ def _halving_doubling(dag: DagBuilder, ranks: Sequence[int], size_bytes: int) ->
         dag.send(ranks[2 * i + 1], ranks[2 * i], size_bytes, last, done[ranks[2 * i + 1]])
 
 
+# --- PAT (all-gather, reduce-scatter at one GPU per server) -----------------------------------------------
+
+def pat_steps(n: int) -> list[list[tuple[int, int, tuple[int, ...]]]]:
+    """PAT's all-gather as a flow model (module docstring, `pat`): per step i (distance d = 2^i, ceil(log2 n) steps)
+    each position q's (sender, receiver, blocks): q sends q - d (mod n) the blocks q, q+1, ..., q+c-1 (mod n) it
+    holds, c = min(d, n - d), so that after step i it holds 2^(i+1) blocks (or all n)."""
+    steps = []
+    d = 1
+    while d < n:
+        c = min(d, n - d)
+        steps.append([(q, (q - d) % n, tuple((q + b) % n for b in range(c))) for q in range(n)])
+        d *= 2
+    return steps
+
+
+def _pat(dag: DagBuilder, kind: str, ranks: Sequence[int], size_bytes: int) -> None:
+    """PAT all_gather (`pat_steps`) or reduce_scatter (the same transfers reversed in direction and order: partial
+    sums of the blocks travel towards their owners); each send waits for all of its sender's earlier receives."""
+    n = len(ranks)
+    blocks = split_bytes(size_bytes, n)
+    steps = pat_steps(n)
+    if kind == "reduce_scatter":
+        steps = [[(dst, src, bs) for src, dst, bs in step] for step in reversed(steps)]
+    got: dict[int, list[int]] = {q: [] for q in range(n)}
+    for phase, step in enumerate(steps):
+        received = [(dst, dag.send(ranks[src], ranks[dst], sum(blocks[b] for b in bs), phase, got[src]))
+                    for src, dst, bs in step]
+        for dst, index in received:
+            got[dst].append(index)
+
+
 # --- hierarchical -------------------------------------------------------------------------------------
 
 def _hierarchical(dag: DagBuilder, groups: Sequence[Sequence[int]] | None, size_bytes: int) -> None:
@@ -620,7 +667,7 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
     `groups`: the locality of the ranks (e.g. per leaf switch), used by `hierarchical` and by "auto" for
     all_reduce; it may cover more ranks than `ranks` (e.g. the whole job) and is restricted to them.
     `root`: for broadcast, reduce, gather, scatter (default ranks[0]); an error for other kinds.
-    `pipeline_chunks`: chunks per pipelined stream (tree halves, broadcast/reduce chain).
+    `pipeline_chunks`: chunks per pipelined stream (the broadcast/reduce chain).
     A collective NCCL discards (`discarded`: 0 bytes, not send_recv or barrier) is an empty DAG.
     `servers`: the job's ranks by server; a ring all-reduce, reduce-scatter or all-gather whose group has k > 1
     ranks on each of N > 1 servers runs as NCCL maps it, one ring per NIC (`nic_rings`), and an all-to-all over
@@ -653,6 +700,13 @@ def schedule_columns(kind: str, size_bytes: int, ranks: Sequence[int], algorithm
             _halving_doubling(dag, ranks, size_bytes)
         else:
             _hierarchical(dag, local_groups, size_bytes)
+    elif kind in ("reduce_scatter", "all_gather") and algo == "pat":
+        server_of = {r: i for i, members in enumerate(servers or ()) for r in members}
+        on = [server_of[r] for r in ranks if r in server_of]
+        if len(set(on)) < len(on):
+            raise TransferError(f"{kind} pat: NCCL runs PAT only with one GPU per server (src/graph/tuning.cc:220, "
+                                f"nNodes != nRanks), and this group has several in each server")
+        _pat(dag, kind, ranks, size_bytes)
     elif kind == "reduce_scatter":
         _ring_reduce_scatter(dag, ranks, split_bytes(size_bytes, n), 0, {})
     elif kind == "all_gather":
