@@ -122,14 +122,13 @@ class Machine:
     net_offload: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("n_ranks", "n_nodes", "cuda_arch"):
-            _require_int(name, getattr(self, name))
+        _require_int("n_ranks", self.n_ranks)
+        _require_int("n_nodes", self.n_nodes)
+        _require_int("cuda_arch (major*10+minor, e.g. 90 for H100)", self.cuda_arch, 30)
         if self.n_nodes > self.n_ranks:
             raise ValueError(f"n_nodes ({self.n_nodes}) cannot exceed n_ranks ({self.n_ranks})")
         if self.n_ranks % self.n_nodes:
             raise ValueError(f"n_ranks ({self.n_ranks}) must be divisible by n_nodes ({self.n_nodes})")
-        if self.cuda_arch < 30:
-            raise ValueError(f"cuda_arch is major*10+minor (e.g. 90 for H100), got {self.cuda_arch}")
         _require_in("cpu", self.cpu, CPUS)
 
     @property
@@ -172,10 +171,8 @@ def _ll128_enabled(m: Machine, g: Graph) -> bool:  # tuning.cc:518-536 with NCCL
             and PATH_TYPES.index(g.type_intra) <= PATH_TYPES.index("NVB") and m.cuda_arch >= 70)
 
 
-def _hw_lat(m: Machine, hw: str, algo: str, p: int) -> float:
-    if m.cpu == "power" and hw == "pci" and algo == "tree" and p == 2:  # tuning.cc:277-280
-        return HW_LAT["pci"]["ring"][2]
-    return HW_LAT[hw][algo][p]
+def _hw_lat(m: Machine, hw: str, algo: str, p: int) -> float:  # POWER: PCI tree Simple = ring's, tuning.cc:277-280
+    return HW_LAT[hw]["ring" if (m.cpu, hw, algo, p) == ("power", "pci", "tree", 2) else algo][p]
 
 
 def _algo_bw(m: Machine, g: Graph, n_ch: int, tree_pattern: int, coll: str, algo: str, p: int) -> float:
