@@ -185,6 +185,11 @@ class _Run:
         else:
             self.forwarding = StoreAndForward(self.pool, self.flows, self.clock, opts, self._finished, self.lock,
                                               self.lockstep, self.replays)
+        scales = np.asarray([(j.net_latency_scale, j.nvlink_latency_scale) for j in jobs], dtype=np.float64)
+        if scales.size and not bool((scales == 1.0).all()):
+            if opts.cut_through or not bool((scales >= 0).all()):
+                raise FlowSimError("jobs' latency scales must be >= 0, and apply under store and forward only")
+            self.forwarding.job_scale = self.replays.job_scale = scales
         self.log = LoadLog(len(self.links))
         self.route_changes = 0
         self.link_events = sorted(events, key=lambda e: e.time_s)

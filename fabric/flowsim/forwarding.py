@@ -50,6 +50,8 @@ class Forwarding(ABC):
         self.per_hop_s = opts.per_hop_s
         self.nvlink_latency_s = opts.nvlink_latency_s
         self.per_hop = opts.per_hop_s > 0  # (the pool's `hops` are kept only then)
+        # per job, (network, NVLink) latency scales (`Job.net_latency_scale`); None: all 1
+        self.job_scale: npt.NDArray[np.float64] | None = None
 
     @abstractmethod
     def begin(self, g: IntArray) -> None:
@@ -82,7 +84,8 @@ class Forwarding(ABC):
             if shape.local_s is not None and shape.nvlink is not None:
                 mine = of == job
                 at = g[mine] - pool.base[job]
-                out[mine] = shape.local_s[at] + self.nvlink_latency_s * shape.nvlink[at]
+                latency = self.nvlink_latency_s * (1.0 if self.job_scale is None else self.job_scale[job, 1])
+                out[mine] = shape.local_s[at] + latency * shape.nvlink[at]
         return out
 
     def _hop_delay(self, g: IntArray) -> FloatArray:
@@ -155,7 +158,10 @@ class StoreAndForward(Forwarding):
         others are delivered after them (`_after`)."""
         if not self.per_hop and self.per_transfer_s <= 0:  # no overheads: all of them now
             return g
-        return self._after(g, self.per_transfer_s + self._hop_delay(g))
+        delay = self.per_transfer_s + self._hop_delay(g)
+        if self.job_scale is not None:
+            delay = delay * self.job_scale[self.pool.t_job[g], 0]
+        return self._after(g, delay)
 
     def deliver(self, g: IntArray, end_s: FloatArray | None = None) -> IntArray:
         pool = self.pool

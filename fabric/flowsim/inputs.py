@@ -42,6 +42,11 @@ class Job:
     # a job without transfers (an empty DAG) that takes this long: it completes `hold_s` after it starts
     # (a replay's in-server collective, timed at the NVLink rate); 0 for a job with transfers
     hold_s: float = 0.0
+    # its transfers' latencies as a share of the options' (store and forward only): the network's (per transfer
+    # and per hop) and NVLink's, for a collective NCCL runs with a protocol of lower latency than Simple's
+    # (LL, LL128: `traffic.nccl_choice`)
+    net_latency_scale: float = 1.0
+    nvlink_latency_scale: float = 1.0
 
     @property
     def columns(self) -> TransferColumns:

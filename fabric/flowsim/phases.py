@@ -160,6 +160,7 @@ class PhaseReplays:
         self.pool, self.flows, self.paths, self.clock, self.lockstep = pool, flows, paths, clock, lockstep
         self.lock, self.sample_phases, self.polling = lock, sample_phases, polling
         self.resolution_s, self.n_links = resolution_s, n_links
+        self.job_scale: FloatArray | None = None  # per job, its latency scales (`Job`); None: all 1
         self.watch: _PhaseWatch | None = None
         self.memo: dict[tuple[int, bytes, bytes], _PhaseRun] = {}
         self.memo_transfers = 0
@@ -340,7 +341,10 @@ class PhaseReplays:
         if not bool((pair[1:] > pair[:-1]).all()):  # (a ring's step has its pairs in order already)
             order = np.lexsort((size, pair))
             g, pair, size = g[order], pair[order], size[order]
-        return g, (self.paths.version, pair.tobytes(), (size >> PHASE_SIZE_SHIFT).tobytes())
+        key = (size >> PHASE_SIZE_SHIFT).tobytes()
+        if self.job_scale is not None and g.size:  # a job's latency scales time its phase too
+            key += self.job_scale[self.pool.t_job[g[0]]].tobytes()
+        return g, (self.paths.version, pair.tobytes(), key)
 
     def replayed(self, payload: int) -> tuple[list[tuple[float, float, IntArray, FloatArray]], IntArray, FloatArray]:
         """Replayed phases (`replays[payload]`) end now: returns their load intervals to log (start, end,
