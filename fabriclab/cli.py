@@ -47,6 +47,7 @@ from fabriclab.commands import (cmd_calibrate, cmd_clean, cmd_compare, cmd_cross
                                 cmd_up, cmd_workload_llm)
 from fabriclab.study.spec import FLAT_RING_MAX
 from fabriclab.sweep import add_cluster_argument
+from traffic.nccl_choice import NCCL_ALGOS
 from traffic.workload import LAUNCHLESS_KERNELS
 
 PLACEMENT_HELP = ("rank -> host: block (in host order, the default), spread (one rank every hosts/ranks hosts), "
@@ -61,9 +62,15 @@ ROUTING_HELP = (f"routing policy: {', '.join(MODES)}, or a class of your own as 
 def _run_args(p: argparse.ArgumentParser) -> None:
     """How a workload runs (`fabriclab.study.spec.RunOptions`): every command that runs one takes these."""
     p.add_argument("--placement", default="block", help=PLACEMENT_HELP)
-    p.add_argument("--algorithm", default="ring", help="all-reduce algorithm: ring (default; on the simulator above "
-                                                        "--hierarchical-above GPUs its hierarchical form), tree, "
-                                                        "halving_doubling, hierarchical, or auto")
+    p.add_argument("--algorithm", default="nccl",
+                   help="nccl (default): NCCL's algorithm for all-reduce, all-gather and reduce-scatter, as "
+                        "--nccl-algo says (on the simulator above --hierarchical-above GPUs the all-reduce's "
+                        "hierarchical ring); or an all-reduce algorithm: ring, tree, halving_doubling, hierarchical, "
+                        "auto")
+    p.add_argument("--nccl-algo", choices=list(NCCL_ALGOS), default="auto",
+                   help="as NCCL_ALGO: auto (default: NCCL 2.30.7's tuning model picks ring, tree or PAT by size, "
+                        "nodes and GPUs a node), or ring, tree (all-reduce), pat (all-gather, reduce-scatter at one "
+                        "GPU a server); where NCCL lacks it for a collective, NCCL's choice")
     p.add_argument("--channels", type=int, default=2, help="channels per NIC: connections per plane per host pair "
                                                         "(default 2, as NCCL runs on H100 servers)")
     p.add_argument("--pxn", choices=["on", "off"], default="on",

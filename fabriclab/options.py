@@ -21,4 +21,4 @@ def run_options(args: argparse.Namespace, ranks: int | None = None) -> Any:
     return RunOptions(ranks=ranks, placement=args.placement, algorithm=args.algorithm, channels=args.channels,
                       ports=args.ports, seed=args.seed, repeat=args.repeat, compute_gap_us=args.compute_gap_us or 0.0,
                       step_ops=args.step_ops, launchless_kernels=getattr(args, "launchless_kernels", None),
-                      pxn=getattr(args, "pxn", "on") != "off")
+                      pxn=getattr(args, "pxn", "on") != "off", nccl_algo=getattr(args, "nccl_algo", "auto"))

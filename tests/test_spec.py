@@ -50,8 +50,13 @@ def _spec(workload: str = "builtin", **model: object) -> RunSpec:
 
 def test_every_auto_choice_is_made_by_one_rule() -> None:
     at = {n: resolve(_spec(), n, "pyramid-1024", "ecmp") for n in (1024, 1025)}
-    assert (at[1024].algorithm, at[1024].lockstep) == ("ring", False)
-    assert (at[1025].algorithm, at[1025].lockstep) == ("hierarchical", True)
+    # NCCL's algorithm (its tuning model) up to --hierarchical-above GPUs, the hierarchical ring above
+    assert (at[1024].algorithm, at[1024].lockstep, at[1024].nccl_algorithm) == ("nccl", False, "auto")
+    assert any("NCCL's algorithm: auto" in w for w in at[1024].why)
+    assert at[1024].replay_options().algorithm == "nccl" and at[1024].replay_options().nccl_algo == "auto"
+    assert (at[1025].algorithm, at[1025].lockstep, at[1025].nccl_algorithm) == ("hierarchical", True, "as asked")
+    tree = RunSpec(WorkloadSpec.parse("llm:gpt3-175b"), RunOptions(nccl_algo="tree"), SimModel())
+    assert resolve(tree, 1024, "pyramid-1024", "ecmp").replay_options().nccl_algo == "tree"
     assert resolve(_spec(), 16, "dual-plane-16", "adaptive").ports == "planned"
     assert resolve(_spec(), 16, "pyramid-16", "ecmp").ports == "hashed"
     # cut-through forwarding keeps lockstep off under auto; asking for both is refused

@@ -33,6 +33,7 @@ from fabric.errors import FabriclabError
 from fabric.latency import (COARSE_RESOLUTION_US, DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, DEFAULT_RESOLUTION_US,
                             NCCL_NVLINK_RING_STEP_US)
 from traffic.traces import LLM_PREFIX  # the prefix of a generated LLM step where a trace goes
+from traffic.nccl_choice import NCCL_ALGOS
 
 #: above this many GPUs a ring all-reduce runs hierarchical and lockstep is on (the defaults of `SimModel`)
 FLAT_RING_MAX = 1024
@@ -105,7 +106,7 @@ class RunOptions:
 
     ranks: int | None = None
     placement: str = "block"
-    algorithm: str = "ring"
+    algorithm: str = "nccl"  # "nccl": NCCL's algorithm as `nccl_algo` says; or an all-reduce algorithm (ring, ...)
     channels: int = 2
     ports: str = "auto"
     seed: int = 0
@@ -114,6 +115,7 @@ class RunOptions:
     step_ops: int | None = None
     launchless_kernels: str | None = None  # Kineto traces: "leave-out" (None: the reader's default) or "by-time"
     pxn: bool = True  # NCCL's PXN: a ring's server exit and an all-to-all's cross-rail piece through the peer rail's NIC
+    nccl_algo: str = "auto"  # NCCL_ALGO: auto (its tuning model), ring, tree or pat (`traffic.nccl_choice`)
 
     def replay_options(self, routing: str, **emulation: Any) -> Any:
         """`traffic.replay.ReplayOptions` for a run under `routing` (ports resolved: planned under adaptive routing,
@@ -123,7 +125,8 @@ class RunOptions:
         return ReplayOptions(ranks=self.ranks, placement=self.placement, algorithm=self.algorithm,
                              channels=self.channels, repeat=self.repeat, compute_gap_us=self.compute_gap_us,
                              step_ops=self.step_ops, ports=default_ports(routing, self.ports), seed=self.seed,
-                             launchless_kernels=self.launchless_kernels, pxn=self.pxn, **emulation)
+                             launchless_kernels=self.launchless_kernels, pxn=self.pxn, nccl_algo=self.nccl_algo,
+                             **emulation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,9 +212,9 @@ class Resolved:
     all_to_all: str  # the model asked; "auto" is exact up to `all_to_all_exact_max_ranks` ranks a call
     all_to_all_exact_max_ranks: int
     nvlink_latency_us: float = 0.0  # per in-server transfer (0 in rows resolved before it was modelled)
-    # the choices of the issues to come, at today's behaviour: the algorithm as asked (not NCCL's tuning model),
-    # one ring per NIC where a group has several GPUs in each server, PXN as asked, the exact event-driven model
-    nccl_algorithm: str = "as asked"  # NCCL's tuning model is not applied yet
+    # NCCL's mapping: its algorithm (with `algorithm` "nccl": `nccl_algo`, "auto" its tuning model), one ring per NIC
+    # where a group has several GPUs in each server, PXN as asked; the exact event-driven model
+    nccl_algorithm: str = "as asked"  # "auto", "ring", "tree", "pat" with algorithm "nccl" (`traffic.nccl_choice`)
     channels_per_nic: str = "one ring per NIC where a group has several GPUs a server; --channels flows each"
     pxn: str = "on"
     sim_model: str = "exact"
@@ -220,10 +223,11 @@ class Resolved:
 
     def replay_options(self) -> Any:
         """`traffic.replay.ReplayOptions` of this run."""
+        nccl_algo = self.nccl_algorithm if self.nccl_algorithm in NCCL_ALGOS else "auto"
         return RunOptions(self.ranks, self.placement, self.algorithm, self.channels, self.ports, self.seed,
                           self.repeat, self.compute_gap_us, self.step_ops,
                           launchless_kernels=self.launchless_kernels,
-                          pxn=self.pxn != "off").replay_options(self.routing)
+                          pxn=self.pxn != "off", nccl_algo=nccl_algo).replay_options(self.routing)
 
     def sim_options(self) -> Any:
         """The simulator's options of this run (`fabric.flowsim.SimOptions`)."""
@@ -251,9 +255,13 @@ def resolve(spec: RunSpec, gpus: int, topology: str, routing: str, extra: str = 
     why: list[str] = []
     big = gpus > m.hierarchical_above_gpus
     algorithm = o.algorithm
-    if algorithm == "ring" and big:
+    if algorithm in ("ring", "nccl") and big:
         algorithm = "hierarchical"
         why.append(f"all-reduce hierarchical: {gpus} GPUs > {m.hierarchical_above_gpus}")
+    elif algorithm == "nccl":
+        why.append(f"NCCL's algorithm: {o.nccl_algo} (NCCL 2.30.7's tuning model for all-reduce, all-gather, "
+                   "reduce-scatter: sm90, Intel host, NVLS and CollNet off)" if o.nccl_algo == "auto"
+                   else f"NCCL's algorithm: {o.nccl_algo} (as NCCL_ALGO)")
     cut = m.forwarding == "cut-through"
     lockstep = m.lockstep == "on" or (m.lockstep == "auto" and big and not cut)
     if m.lockstep == "auto" and lockstep:
@@ -275,6 +283,7 @@ def resolve(spec: RunSpec, gpus: int, topology: str, routing: str, extra: str = 
                     all_to_all_exact_max_ranks=A2A_EXACT_MAX, nvlink_latency_us=m.nvlink_latency_us,
                     launchless_kernels=o.launchless_kernels,
                     pxn="on" if o.pxn else "off",
+                    nccl_algorithm=o.nccl_algo if algorithm == "nccl" else "as asked",
                     why=tuple(why))
 
 

@@ -59,6 +59,8 @@ from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
 from fabric.transfers import Placement, TransferColumns, TransferError
 from traffic import collectives
+from traffic.nccl_choice import NCCL_ALGOS, TUNED_KINDS, nccl_choice
+from traffic.nccl_tuning import HW_LAT, PROTOCOLS
 from traffic.placement import check_job_fits, check_placement, groups_by, resolve_placement
 from traffic.workload import LAUNCHLESS_KERNELS, Collective, Workload
 
@@ -97,7 +99,10 @@ def default_ports(routing: str, asked: str = "auto") -> str:
 class ReplayOptions:
     ranks: int | None = None  # map a data-parallel trace onto this many ranks (default: every host)
     placement: str = "block"  # block, spread, pods, fragmented[:OCC[:SEED]], or a YAML/JSON file rank -> host
-    algorithm: str = "ring"  # all-reduce algorithm (traffic.collectives.ALGORITHMS, or "auto")
+    # all-reduce algorithm (traffic.collectives.ALGORITHMS, "auto"), or "nccl": NCCL's for all-reduce, all-gather and
+    # reduce-scatter as `nccl_algo` says (`traffic.nccl_choice`)
+    algorithm: str = "ring"
+    nccl_algo: str = "auto"  # with algorithm "nccl": NCCL_ALGO's auto (its tuning model), ring, tree or pat
     channels: int = 2  # connections per plane per host pair
     mbps_per_gbps: float | None = None  # emulated link scale; None: the fastest host NIC at NIC_EMU_MBPS
     dilation: float | None = None  # None: chosen (TARGET_TRANSFER_EMU_S)
@@ -141,6 +146,11 @@ class ReplayOptions:
                               f"{self.launchless_kernels!r}")
         if self.ports not in ("planned", "hashed"):
             raise ReplayError(f"--ports must be planned or hashed, got {self.ports!r}")
+        if self.nccl_algo not in NCCL_ALGOS:
+            raise ReplayError(f"--nccl-algo must be one of {', '.join(NCCL_ALGOS)}, got {self.nccl_algo!r}")
+        if self.algorithm not in ("nccl", "auto", *collectives.ALGORITHMS["all_reduce"]):
+            raise ReplayError(f"--algorithm must be nccl, auto or one of {', '.join(collectives.ALGORITHMS['all_reduce'])}"
+                              f", got {self.algorithm!r}")
 
 
 @dataclass(frozen=True)
@@ -160,6 +170,7 @@ class Template:
     # critical path of its DAG at the NVLink rate; 0 for a discarded (empty) collective, on any fabric;
     # None: some transfer crosses the fabric
     local_us: float | None = None
+    proto: str = "Simple"  # NCCL's protocol (algorithm "nccl"): its bytes and latencies (`protocol_costs`)
 
     @property
     def discarded(self) -> bool:
@@ -406,7 +417,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
             lanes.setdefault(c.stream, len(lanes))
     dag_of: dict[tuple[str, int, tuple[int, ...]], int] = {}
     dags: list[TransferColumns] = []
-    algos: list[str] = []
+    algos: list[tuple[str, str]] = []  # per DAG: (algorithm, NCCL's protocol)
+    chosen: dict[tuple[str, str, str, str], int] = {}  # (kind, algorithm, protocol, why) -> distinct collectives
     keys: dict[tuple[str, int, tuple[int, ...], int], int] = {}  # (kind, size, ranks, lane) -> template
     for scalls in step_calls:
         for c, _ in scalls:
@@ -417,14 +429,11 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
             if any(r >= len(placement) for r in c.group_ranks):
                 raise ReplayError(f"{workload.source}: {c.kind} over ranks {list(c.group_ranks)}: no host for rank "
                                   f"{max(c.group_ranks)} (placement covers {len(placement)} ranks)")
-            algorithm = options.algorithm if c.kind == "all_reduce" else "auto"
-            if algorithm == "hierarchical" and len(groups) < 2:
-                algorithm = "ring"
-            algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
+            algo, proto, size = _algorithm_of(c, options, groups, fabric, placement, chosen)
             dag_of[key] = len(dags)
-            dags.append(collectives.schedule_columns(c.kind, c.size_bytes, c.group_ranks, algo, groups=groups,
+            dags.append(collectives.schedule_columns(c.kind, size, c.group_ranks, algo, groups=groups,
                                                      servers=servers, pxn=options.pxn))
-            algos.append(algo)
+            algos.append((algo, proto))
 
     # each DAG's transfers between hosts: (sender, receiver) host positions, and their transfers
     pos = {h.name: i for i, h in enumerate(fabric.hosts)}
@@ -451,9 +460,11 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
         a, b, remote = host_pairs[d]
         local_us = (local_path_us(dags[d], placement, pos, server, fabric.nvlink_bps, options.nvlink_latency_us)
                     if (g > 1 or not len(dags[d])) and not remote.size else None)  # an empty DAG: 0
-        templates.append(Template(tid, kind, algos[d], size_real, int(round(size_real * bytes_scale)), ranks,
-                                  dags[d], lane, local_us))
+        templates.append(Template(tid, kind, algos[d][0], size_real, int(round(size_real * bytes_scale)), ranks,
+                                  dags[d], lane, local_us, algos[d][1]))
         pair_keys.append(pair_key(n_hosts, a, b, lane))
+    if chosen:
+        notes.append(_choice_note(chosen))
     small = _small_transfers_note(step_calls, dags, dag_of, host_pairs, bytes_scale, dilation)
     if small:
         notes.append(small)
@@ -507,6 +518,46 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                                                                     else f" (a {workload.format} file without compute)"))
     return ReplayPlan(workload, fabric, options, placement, dilation, bytes_scale, tuple(templates), tuple(calls),
                       table, tuple(notes))
+
+
+def _algorithm_of(c: Collective, options: ReplayOptions, groups: Sequence[Sequence[int]], fabric: Fabric,
+                  placement: Placement, chosen: dict[tuple[str, str, str, str], int]) -> tuple[str, str, int]:
+    """The algorithm a collective runs, NCCL's protocol for it and the bytes its DAG moves: with algorithm "nccl",
+    NCCL's choice for all-reduce, all-gather and reduce-scatter (`traffic.nccl_choice`, counted in `chosen`), the
+    bytes over the protocol's bandwidth factor (`protocol_costs`); else the algorithm asked (all-reduce) or the
+    kind's own, Simple."""
+    if options.algorithm == "nccl" and c.kind in TUNED_KINDS:
+        hosts = [placement.host(r) for r in c.group_ranks]
+        nodes = len({fabric.server_of(h) for h in hosts})
+        nic_gbps = min(sum(n.rate_gbps for n in fabric.nics_of[h]) for h in hosts)
+        ch = nccl_choice(c.kind, c.size_bytes, len(hosts), nodes, nic_gbps, fabric.nvlink_gbps, options.channels,
+                         options.nccl_algo)
+        chosen[(c.kind, ch.algo, ch.proto, ch.why)] = chosen.get((c.kind, ch.algo, ch.proto, ch.why), 0) + 1
+        return ch.algo, ch.proto, int(math.ceil(c.size_bytes / protocol_costs(ch.algo, ch.proto)[0]))
+    algorithm = options.algorithm if c.kind == "all_reduce" and options.algorithm != "nccl" else "auto"
+    if algorithm == "hierarchical" and len(groups) < 2:
+        algorithm = "ring"
+    algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
+    return algo, "Simple", c.size_bytes
+
+
+def protocol_costs(algo: str, proto: str) -> tuple[float, float, float]:
+    """NCCL's protocol against Simple, for the algorithm: (bandwidth factor: LL x0.5, LL128 x0.92, Simple 1,
+    tuning.cc:327-335; network latency share: hwLat[NET][algo][proto] / [Simple]; NVLink latency share:
+    hwLat[NVLINK][algo][proto] / [Simple], tuning.cc:157-175). The DAG moves its bytes over the factor (LL's flags,
+    LL128's 8 bytes of 128), and its transfers' latencies are scaled by the shares (`fabric.flowsim.Job`)."""
+    if proto == "Simple":
+        return 1.0, 1.0, 1.0
+    p = PROTOCOLS.index(proto)
+    net, nvl = HW_LAT["net"][algo], HW_LAT["nvlink"][algo]
+    return (0.5 if proto == "LL" else 0.92), net[p] / net[2], nvl[p] / nvl[2]
+
+
+def _choice_note(chosen: dict[tuple[str, str, str, str], int]) -> str:
+    """The run's note on NCCL's choices: per kind, algorithm/protocol and how many distinct collectives took it."""
+    parts = [f"{kind} {algo}/{proto} x{n} ({why})" for (kind, algo, proto, why), n in sorted(chosen.items())]
+    return ("NCCL's algorithm (NCCL 2.30.7's tuning model, sm90 on an Intel host, NVLS and CollNet off; "
+            "traffic.nccl_choice): " + "; ".join(parts))
 
 
 def _rank_hosts(dag: TransferColumns, placement: Placement, pos: dict[str, int]) -> tuple[IntArray, IntArray]:

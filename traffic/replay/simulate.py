@@ -35,7 +35,7 @@ from fabric.flowsim.routes import LinkRoutes
 from fabric.model import Fabric
 from fabric.transfers import TransferColumns
 from fabric.routing import PathTable, load_policy
-from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay
+from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay, protocol_costs
 from traffic.replay.result import busiest_links
 from traffic.replay.timings import BackendRun, CallTimes, RunProgress, RunTimings
 from traffic.results import Fidelity, LinkSeries
@@ -159,7 +159,9 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
         if tpl.kind == "all_to_all" and not sim.cut_through:
             lock, every = sample_phases(len(tpl.ranks), all_to_all)
             a2a.add(("sampled" if every > 1 else "lockstep" if lock else "exact", len(tpl.ranks)))
-        jobs.append(Job(tpl.dag, plan.placement, after=call.deps, lane=tpl.lane, lockstep=lock, sample_phases=every))
+        _, net_scale, nvlink_scale = protocol_costs(tpl.algorithm, tpl.proto)
+        jobs.append(Job(tpl.dag, plan.placement, after=call.deps, lane=tpl.lane, lockstep=lock, sample_phases=every,
+                        net_latency_scale=net_scale, nvlink_latency_scale=nvlink_scale))
     weight = np.asarray([max(plan.templates[c.template].size_bytes, 1) for c in plan.calls], dtype=np.float64)
     recorded_s = sum(c.collective.duration_us or 0.0 for c in plan.calls) / 1e6
 
