@@ -141,7 +141,7 @@ def test_lockstep_runs_above_the_flat_ring_size_and_agrees_with_the_exact_dag_be
     assert main([*base, "--sizes", "8", "16", "--hierarchical-above", "8"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(r["gpus"], r["algorithm"], r["lockstep"]) for r in rows] == [
-        (8, "ring", False), (16, "hierarchical", True)] * 2
+        (8, "nccl", False), (16, "hierarchical", True)] * 2
     # at one size, exact and lockstep: the same step times within 2% (the ring's slowest hop sets both)
     exact, lock = [], []
     for mode, into in (("off", exact), ("on", lock)):
