@@ -433,6 +433,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
             dag_of[key] = len(dags)
             dags.append(collectives.schedule_columns(c.kind, size, c.group_ranks, algo, groups=groups,
                                                      servers=servers, pxn=options.pxn))
+            if c.kind == "all_to_all" and algo == "pairwise" and collectives.server_blocks(c.group_ranks, servers):
+                algo = GROUPED_A2A  # posted as one group (`traffic.collectives._grouped_all_to_all`)
             algos.append((algo, proto))
 
     # each DAG's transfers between hosts: (sender, receiver) host positions, and their transfers
@@ -518,6 +520,10 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
                                                                     else f" (a {workload.format} file without compute)"))
     return ReplayPlan(workload, fabric, options, placement, dilation, bytes_scale, tuple(templates), tuple(calls),
                       table, tuple(notes))
+
+
+#: a template's algorithm where an all-to-all over several GPUs in each server runs as NCCL's one group of sends
+GROUPED_A2A = "grouped"
 
 
 def _algorithm_of(c: Collective, options: ReplayOptions, groups: Sequence[Sequence[int]], fabric: Fabric,

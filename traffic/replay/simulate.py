@@ -35,7 +35,7 @@ from fabric.flowsim.routes import LinkRoutes
 from fabric.model import Fabric
 from fabric.transfers import TransferColumns
 from fabric.routing import PathTable, load_policy
-from traffic.replay.plan import ReplayError, ReplayOptions, ReplayPlan, plan_replay, protocol_costs
+from traffic.replay.plan import GROUPED_A2A, ReplayError, ReplayOptions, ReplayPlan, plan_replay, protocol_costs
 from traffic.replay.result import busiest_links
 from traffic.replay.timings import BackendRun, CallTimes, RunProgress, RunTimings
 from traffic.results import Fidelity, LinkSeries
@@ -156,7 +156,8 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
                             hold_s=tpl.local_us * call.count / 1e6))
             continue
         lock, every = (None, 1)
-        if tpl.kind == "all_to_all" and not sim.cut_through:
+        # (an all-to-all posted as one group has rounds of two kinds, network and NVLink, not alike: simulated exactly)
+        if tpl.kind == "all_to_all" and tpl.algorithm != GROUPED_A2A and not sim.cut_through:
             lock, every = sample_phases(len(tpl.ranks), all_to_all)
             a2a.add(("sampled" if every > 1 else "lockstep" if lock else "exact", len(tpl.ranks)))
         _, net_scale, nvlink_scale = protocol_costs(tpl.algorithm, tpl.proto)
