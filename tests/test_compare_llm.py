@@ -42,8 +42,9 @@ def test_exposed_communication_is_split_evenly_where_groups_overlap():
 
 def test_compare_model_rows_and_their_causes(tmp_path):
     out = tmp_path / "o"
+    # (NVLink at its rate alone, --nvlink-latency-us 0: TP's busbw is then NVLink's)
     assert main(["compare", "--model", SMALL, "--sizes", "16", "32", "--stragglers", "stragglers.jitter_cv=0.1,steps=3",
-                 "--jobs", "1", "--no-cache", "--json", "--out", str(out)]) == 0
+                 "--jobs", "1", "--no-cache", "--json", "--out", str(out), "--nvlink-latency-us", "0"]) == 0
     doc = json.loads((out / "compare.json").read_text())
     rows = doc["rows"]
     # the default LLM series (rail-wired, 8-GPU servers), each without and with stragglers, at 2 sizes

@@ -160,7 +160,8 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
         if tpl.kind == "all_to_all" and tpl.algorithm != GROUPED_A2A and not sim.cut_through:
             lock, every = sample_phases(len(tpl.ranks), all_to_all)
             a2a.add(("sampled" if every > 1 else "lockstep" if lock else "exact", len(tpl.ranks)))
-        _, net_scale, nvlink_scale = protocol_costs(tpl.algorithm, tpl.proto)
+        # NCCL's protocol's latencies (store and forward only: under cut-through the agents' own delays hold)
+        _, net_scale, nvlink_scale = protocol_costs(tpl.algorithm, tpl.proto) if not sim.cut_through else (1, 1, 1)
         jobs.append(Job(tpl.dag, plan.placement, after=call.deps, lane=tpl.lane, lockstep=lock, sample_phases=every,
                         net_latency_scale=net_scale, nvlink_latency_scale=nvlink_scale))
     weight = np.asarray([max(plan.templates[c.template].size_bytes, 1) for c in plan.calls], dtype=np.float64)
