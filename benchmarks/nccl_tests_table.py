@@ -21,12 +21,14 @@ Beside the tuned collectives: NCCL's choice (algorithm/protocol), its own model 
 busbw from it, and the simulated time of the other algorithm where NCCL has one (all_reduce ring <-> tree;
 all_gather and reduce_scatter ring <-> PAT at one GPU a server): a "!" marks a choice that simulates over 10%
 slower than the other. The output is markdown; `--json FILE` keeps every point as it finishes (a stopped run keeps
-what it finished). `--quick`: one small group and size, for the test.
+what it finished). A simulation past `--max-point-s` of wall time (default 120) is stopped and marked so (its
+time left out), as is the other algorithm's. `--quick`: one small group and size, for the test.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -83,16 +85,36 @@ def workload(kind: str, size: int, ranks: tuple[int, ...], world: int, k: int = 
                                                             for r in ranks), True)
 
 
+class Stopped(Exception):
+    """A point's simulation passed `--max-point-s`."""
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise Stopped()
+
+
+#: wall seconds a simulation may take (`--max-point-s`)
+MAX_POINT_S = [120]
+
+
 def run_point(kind: str, size: int, ranks: tuple[int, ...], fabric: Any, routing: str, nccl_algo: str = "auto",
-              k: int = 1) -> tuple[float, str, float]:
-    """(simulated us, the algorithm it ran, wall s) of one collective alone on `fabric`."""
+              k: int = 1) -> tuple[float | None, str, float]:
+    """(simulated us, None if stopped at `MAX_POINT_S`; the algorithm it ran; wall s) of one collective alone on
+    `fabric`."""
     from fabriclab.backends import Simulated, run_workload
 
     opts = ReplayOptions(algorithm="nccl", nccl_algo=nccl_algo, channels=CHANNELS_PER_NIC,
                          ports=default_ports(routing, "auto"))
     t0 = time.monotonic()
-    res = run_workload(workload(kind, size, ranks, len(fabric.hosts), k), "t", fabric, routing, opts,
-                       Simulated(sim_options())).result
+    signal.signal(signal.SIGALRM, _stop)
+    signal.alarm(MAX_POINT_S[0])
+    try:
+        res = run_workload(workload(kind, size, ranks, len(fabric.hosts), k), "t", fabric, routing, opts,
+                           Simulated(sim_options())).result
+    except Stopped:
+        return None, nccl_algo if nccl_algo != "auto" else "?", time.monotonic() - t0
+    finally:
+        signal.alarm(0)
     wall = time.monotonic() - t0
     start = min(c.start_emu_s for c in res.collectives)
     end = max(c.start_emu_s + c.duration_emu_s for c in res.collectives)
@@ -112,12 +134,13 @@ def point(kind: str, size_name: str, group: str, fab_name: str, fabrics: dict[in
     fabric = fabrics[hosts]
     us, algo, wall = run_point(kind, size, ranks, fabric, routing, k=k)
     n = len(ranks)
-    algbw = size / (us * 1e-6) / 1e9
+    algbw = size / (us * 1e-6) / 1e9 if us else None
     row: dict[str, Any] = {"kind": kind, "size": size_name, "size_bytes": size, "group": group, "gpus": gpus, "k": k,
                            "fabric": fabric.name, "routing": routing, "time_us": us, "algbw_GBps": algbw,
-                           "busbw_GBps": algbw * BUS[kind](n), "algorithm": algo, "wall_s": wall}
+                           "busbw_GBps": algbw * BUS[kind](n) if algbw else None, "algorithm": algo, "wall_s": wall}
     if kind in ("all_reduce", "all_gather", "reduce_scatter"):
         ch = nccl_choice(kind, size, n, servers, NIC_GBPS, NVLINK_GBPS, CHANNELS_PER_NIC)
+        row["algorithm"] = ch.algo
         row.update(proto=ch.proto, nccl_model_us=ch.model_us,
                    nccl_model_busbw_GBps=size / (ch.model_us * 1e-6) / 1e9 * BUS[kind](n) if ch.model_us else None)
         other = OTHER.get((kind, algo))
@@ -141,8 +164,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         algo = r["algorithm"] + (f"/{r['proto']}" if r.get("proto") else "")
         other = "-"
         if r.get("other"):
-            slower = r["time_us"] > 1.1 * r["other_time_us"]
-            other = f"{r['other']}: {fmt(r['other_time_us'])}" + (" !" if slower else "")
+            if r["other_time_us"] is None:
+                other = f"{r['other']}: stopped"
+            else:
+                slower = r["time_us"] is not None and r["time_us"] > 1.1 * r["other_time_us"]
+                other = f"{r['other']}: {fmt(r['other_time_us'])}" + (" !" if slower else "")
+        if r["time_us"] is None:
+            algo += f" (stopped at {r['wall_s']:.0f} s)"
         out.append(f"| {r['kind']} | {r['gpus']} ({r['k']}) | {r['size']} | {r['fabric']} ({r['routing']}) | {algo} | "
                    f"{fmt(r['time_us'])} | {fmt(r['algbw_GBps'])} | {fmt(r['busbw_GBps'])} | "
                    f"{fmt(r.get('nccl_model_us'))} | {fmt(r.get('nccl_model_busbw_GBps'))} | {other} | "
@@ -157,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=list(KINDS))
     ap.add_argument("--fabric", nargs="+", default=list(FABRICS), choices=list(FABRICS))
     ap.add_argument("--json", help="keep every point here as it finishes")
+    ap.add_argument("--max-point-s", type=int, default=120, help="stop a simulation past this many wall seconds")
     ap.add_argument("--quick", action="store_true", help="16 GPUs of 8 a server, 1 MiB and 16 MiB: for the test")
     args = ap.parse_args(argv)
     for g in args.groups:
@@ -165,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--groups: {g!r} is not GxK with K in 1, 2, 4, 8 dividing G")
     if args.quick:
         args.groups, args.sizes = ["16x8"], ["1M", "16M"]
+    MAX_POINT_S[0] = args.max_point_s
     from rich.progress import Progress
 
     points = [(kind, s, g, f) for f in args.fabric for g in args.groups for kind in args.kinds for s in args.sizes]
