@@ -71,8 +71,10 @@ def _run_args(p: argparse.ArgumentParser) -> None:
                    help="as NCCL_ALGO: auto (default: NCCL 2.30.7's tuning model picks ring, tree or PAT by size, "
                         "nodes and GPUs a node), or ring, tree (all-reduce), pat (all-gather, reduce-scatter at one "
                         "GPU a server); where NCCL lacks it for a collective, NCCL's choice")
-    p.add_argument("--channels", type=int, default=2, help="channels per NIC: connections per plane per host pair "
-                                                        "(default 2, as NCCL runs on H100 servers)")
+    p.add_argument("--channels", "--channels-per-nic", dest="channels", type=int, default=2,
+                   help="channels per NIC (as NCCL_MIN/MAX_NCHANNELS): connections per plane per host pair, and the "
+                        "nChannels of NCCL's tuning model per GPU of a group in a server (default 2, as NCCL runs "
+                        "on H100 servers)")
     p.add_argument("--pxn", choices=["on", "off"], default="on",
                    help="NCCL's PXN (default on, as NCCL 2.12+): a ring's server exit and an all-to-all's piece for "
                         "another rail cross NVLink to the GPU of the peer's rail and leave through its NIC")

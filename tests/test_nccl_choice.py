@@ -81,3 +81,13 @@ def test_the_plan_runs_nccl_s_choice_with_its_protocol_and_nccl_algo_overrides_i
     assert chosen.duration_real_us < simple.duration_real_us
     bw_only = simulated(w, "t", fabric, "adaptive", ReplayOptions(algorithm="tree")).collectives[0]
     assert chosen.duration_real_us > bw_only.duration_real_us / 0.92
+
+
+def test_channels_per_nic_and_nccl_algo_are_options_of_every_run() -> None:
+    from fabriclab.cli import build_parser
+    from fabriclab.options import run_options
+
+    args = build_parser().parse_args(["sim", "builtin", "--channels-per-nic", "4", "--nccl-algo", "tree"])
+    opts = run_options(args)
+    assert (opts.channels, opts.nccl_algo, opts.algorithm) == (4, "tree", "nccl")
+    assert opts.replay_options("ecmp").nccl_algo == "tree"
