@@ -34,11 +34,12 @@ def test_tree_busbw_on_the_rail_fabric(servers: int, k: int) -> None:
                     ReplayOptions(ports="planned", algorithm="tree"), sim=SimOptions())
     expected_us = 2 * size * 8 / (k * NIC_BPS) * 1e6
     assert res.collectives[0].duration_real_us == pytest.approx(expected_us, rel=1e-9)
-    # with `fabriclab sim`'s latencies (11.4 us a transfer, 0.65 a hop): the fill and drain cost 2 x depth steps
-    # of ~14 us, and busbw = S/T x 2(n-1)/n stays at 0.9 x the server's NIC bandwidth (k x 400G) or more
+    # with `fabriclab sim`'s latencies (11.4 us a transfer, 0.65 a hop, 3.4 an NVLink transfer): the fill and drain
+    # cost 2 x (depth network steps of ~14 us + k - 1 NVLink ones), and busbw = S/T x 2(n-1)/n stays at 0.9 x the
+    # server's NIC bandwidth (k x 400G) or more
     slow = simulated(_all_reduce(group, size, 8 * servers), "t", fabric, "adaptive",
                      ReplayOptions(ports="planned", algorithm="tree"),
-                     sim=SimOptions(per_transfer_s=11.4e-6, per_hop_s=0.65e-6))
+                     sim=SimOptions(per_transfer_s=11.4e-6, per_hop_s=0.65e-6, nvlink_latency_s=3.4e-6))
     busbw = size * 8 / (slow.collectives[0].duration_real_us * 1e-6) * 2 * (n - 1) / n
     assert slow.collectives[0].busbw_bps == pytest.approx(busbw, rel=1e-9)
     assert busbw >= 0.9 * k * NIC_BPS
