@@ -31,8 +31,9 @@ runs at the NIC's bound, where NCCL at that size is latency-bound (2 x 1,023 ste
   all-reduce in a server pays 14 x 3.4 µs (`SimOptions.nvlink_latency_s`, `--nvlink-latency-us`; 0 gives the
   NVLink rate only). In-server transfers pay neither of the two network delays.
 
-Not modelled: NCCL's per-call base latency (`baseLat`, a few µs per collective) and its LL/LL128
-protocols for small messages. Sources and the
+Not modelled: NCCL's per-call base latency (`baseLat`, a few µs per collective). Its LL/LL128 protocols enter
+where NCCL's tuning model picks them (`traffic.nccl_choice`): a collective's transfers then pay these
+latencies scaled by the protocol's share of Simple's (`fabric.flowsim.Job.net_latency_scale`). Sources and the
 resulting busbw-vs-size curves: docs/simulator.md ("Latency") and benchmarks/RESULTS.md.
 """
 from __future__ import annotations
