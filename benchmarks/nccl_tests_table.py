@@ -137,7 +137,7 @@ def point(kind: str, size_name: str, group: str, fab_name: str, fabrics: dict[in
     topo, routing = FABRICS[fab_name]
     hosts = GPUS_PER_SERVER * servers
     if hosts not in fabrics:
-        fabrics[hosts] = (topofile.scaled(ROOT / "topologies" / f"{topo}.yaml", hosts))
+        fabrics[hosts] = topofile.scaled(ROOT / "topologies" / f"{topo}.yaml", hosts)
     fabric = fabrics[hosts]
     us, algo, wall = run_point(kind, size, ranks, fabric, routing, k=k)
     n = len(ranks)

@@ -12,11 +12,12 @@ resolved specification:
   servers whose GPUs each have a NIC;
 - NVLS, NVLSTree and CollNet off (not modelled: NVSwitch multicast, SHARP); so on one node only the ring.
 
-The simulator runs the chosen algorithm (`traffic.collectives`: ring, NCCL's tree, PAT) at the link rates;
-the protocol NCCL picked is reported with it (`NcclChoice.proto`).
+The simulator runs the chosen algorithm (`traffic.collectives`: ring, NCCL's tree, PAT) at the link rates, with
+the chosen protocol's bytes and latencies (`traffic.replay.plan.protocol_costs`).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from traffic.nccl_tuning import Graph, Machine, TuningTable, choose, tune
@@ -35,6 +36,7 @@ class NcclChoice:
     why: str  # how it came out, for the run's notes
 
 
+@functools.lru_cache(maxsize=256)  # a step's many collectives over one group share it
 def group_table(n_ranks: int, n_nodes: int, nic_gbps: float, nvlink_gbps: float, channels_per_nic: int) -> TuningTable:
     """NCCL's tuning table for a group of `n_ranks` GPUs on `n_nodes` servers (equal per server) whose GPUs have a
     NIC of `nic_gbps` each and NVLink of `nvlink_gbps` each way (module docstring)."""

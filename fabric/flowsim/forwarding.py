@@ -81,7 +81,7 @@ class Forwarding(ABC):
         of = pool.t_job[g]
         for job in np.unique(of).tolist():
             shape = pool.template(job).shape
-            if shape.local_s is not None and shape.nvlink is not None:
+            if shape.local_s is not None and shape.nvlink is not None:  # (set together: in-server transfers)
                 mine = of == job
                 at = g[mine] - pool.base[job]
                 latency = self.nvlink_latency_s * (1.0 if self.job_scale is None else self.job_scale[job, 1])
