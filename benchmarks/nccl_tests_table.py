@@ -42,6 +42,7 @@ from fabric.flowsim import SimOptions  # noqa: E402
 from fabric.latency import DEFAULT_PER_HOP_US, DEFAULT_PER_TRANSFER_US, NCCL_NVLINK_RING_STEP_US  # noqa: E402
 from traffic.nccl_choice import nccl_choice  # noqa: E402
 from traffic.replay import ReplayOptions, default_ports  # noqa: E402
+from traffic.replay.alone import one_collective  # noqa: E402
 from traffic.workload import Collective, RankTrace, Step, Workload  # noqa: E402
 
 GPUS_PER_SERVER = 8
@@ -74,9 +75,7 @@ def workload(kind: str, size: int, ranks: tuple[int, ...], world: int, k: int = 
     """One collective over `ranks` (sendrecv: the shift by one server, `k` ranks, every send at once), as a one-step
     trace."""
     if kind != "send_recv":
-        c = Collective(kind, size, "bfloat16", ranks, "0")
-        return Workload("t", "nccl-tests", "kineto", world, tuple(RankTrace(r, (Step(0, None, (), (c,)),))
-                                                                for r in ranks), False)
+        return one_collective(kind, size, ranks, world)
     n = len(ranks)
     sends = [Collective("send_recv", size, "bfloat16", (ranks[q], ranks[(q + k) % n]), f"s{q}", 0.0, 1.0)
              for q in range(n)]
@@ -115,7 +114,7 @@ def run_point(kind: str, size: int, ranks: tuple[int, ...], fabric: Any, routing
     signal.alarm(MAX_POINT_S[0])
     try:
         res = run_workload(workload(kind, size, ranks, len(fabric.hosts), k), "t", fabric, routing, opts,
-                           Simulated(sim_options())).result
+                           Simulated(sim_options(), check_choice=False)).result
     except (Stopped, SystemError):
         if not _FIRED[0]:
             raise

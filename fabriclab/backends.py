@@ -34,6 +34,7 @@ from fabric.model import Fabric
 from fabriclab.session import Lab
 from traffic.replay import (BackendRun, ReplayOptions, ReplayPlan, RunProgress, build_result, place,
                             plan_replay)
+from traffic.replay.alone import choice_check_note
 from traffic.replay.driver import Driver
 from traffic.replay.emulated import emulated_run
 from traffic.replay.simulate import check_all_to_all, plan_for_simulation, simulate_plan
@@ -172,6 +173,9 @@ class Simulated:
     link_events: Sequence[LinkEvent] = ()
     all_to_all: str = "auto"  # traffic.replay.simulate.A2A_MODELS
     name: str = "flowsim"
+    # NCCL's choices simulated alone against the other algorithms, and the run's notes say where one is > 10%
+    # slower (`traffic.replay.alone`)
+    check_choice: bool = True
 
     def plan(self, workload: Workload, fabric: Fabric, options: ReplayOptions) -> ReplayPlan:
         check_all_to_all(self.all_to_all)  # before anything is planned
@@ -179,4 +183,6 @@ class Simulated:
                                    dataclasses.replace(options, nvlink_latency_us=self.sim.nvlink_latency_s * 1e6))
 
     def run(self, plan: ReplayPlan, routing: str, progress: Progress | None) -> BackendRun:
-        return simulate_plan(plan, routing, self.sim, self.link_events, self.all_to_all, progress)
+        run = simulate_plan(plan, routing, self.sim, self.link_events, self.all_to_all, progress)
+        note = choice_check_note(plan, routing, self.sim) if self.check_choice else None
+        return dataclasses.replace(run, notes=(*run.notes, note)) if note else run

@@ -78,6 +78,14 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pxn", choices=["on", "off"], default="on",
                    help="NCCL's PXN (default on, as NCCL 2.12+): a ring's server exit and an all-to-all's piece for "
                         "another rail cross NVLink to the GPU of the peer's rail and leave through its NIC")
+    p.add_argument("--nvls", choices=["on", "off"], default="off",
+                   help="NCCL's NVLS and NVLSTree (NVLink SHARP): off, the only choice modelled (docs/simulator.md)")
+    p.add_argument("--collnet", choices=["on", "off"], default="off",
+                   help="NCCL's CollNet (SHARP in the switches): off, as NCCL without a CollNet plugin; not modelled")
+    p.add_argument("--merge-nics", choices=["on", "off"], default="on",
+                   help="as NCCL_IB_MERGE_NICS (default on): each channel striped over a dual-port NIC's ports (the "
+                        "dual-plane's two planes); off: each port its own NIC, whole channels alternating over the "
+                        "planes (with --channels 1 a pair uses one plane)")
     p.add_argument("--ports", choices=["auto", "planned", "hashed"], default="auto",
                    help="connection source ports: planned (each channel on its own equal-cost path), hashed "
                         "(random, as the OS picks them: classic ECMP collisions), or auto: planned under "

@@ -92,3 +92,12 @@ def test_report_rerenders_a_run_and_refuses_a_bad_one(tmp_path):
     (tmp_path / "bad" / "result.json").write_text("{}")
     res = run("report", str(tmp_path / "bad"), check=False)
     assert res.returncode == 2 and "result.json" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_nvls_and_collnet_are_named_and_refused_on_with_the_reason():
+    # NVLS/NVLSTree and CollNet are named options, off by default (the choice made without them); on is
+    # refused with why, before anything runs (exit 2, one line, no traceback)
+    for name, words in (("--nvls", "NVLink SHARP"), ("--collnet", "CollNet plugin")):
+        res = run("sim", "llm:gpt3-175b", name, "on", check=False)
+        assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr
+        assert f"{name} on" in res.stderr

@@ -148,3 +148,48 @@ def test_hashed_ports_are_drawn_as_one_by_one_with_redraws(channels, monkeypatch
     assert got.tolist() == want
     assert channels == 1 or any(len(set(want[i:i + channels])) == channels for i in range(0, len(want), channels))
     assert np.all((got >= 40000) & (got < 40003))
+
+
+@pytest.mark.parametrize("channels", [1, 2, 3])
+def test_merge_nics_off_puts_whole_channels_on_one_plane_alternating(channels: int) -> None:
+    # dual-plane-16: each host has one 200 G link into plane A and one into plane B (read from the fabric).
+    # h0..h3 each send S to h4..h7 at once (different leaves, non-blocking). NCCL_IB_MERGE_NICS=1 (default):
+    # `channels` connections per plane, S split evenly over 2 x channels, so each plane carries S/2: S / 400 G.
+    # Merge off: `channels` connections in all, channel c on plane c mod 2, S split evenly over them: plane A
+    # carries ceil(c/2)/c of S, so the pair takes ceil(c/2)/c x S / 200 G (c = 1: twice as long; c = 3: 4/3).
+    from fabric.flowsim import plan_connections
+
+    fab = topofile.load("dual-plane-16")
+    plane_gbps = {link.rate_gbps for link in fab.links if link.a.node == "h0"}
+    assert plane_gbps == {200.0}
+    size = 2**26
+    _, merged = run("dual-plane-16", [leaf_to_leaf(fab, size)], options=SimOptions(channels=channels))
+    _, apart = run("dual-plane-16", [leaf_to_leaf(fab, size)], options=SimOptions(channels=channels, merge_nics=False))
+    assert list(merged.transfer_end_s) == pytest.approx([size * 8 / 400e9] * 4, rel=1e-6)  # bytes split to the byte
+    on_a = -(-channels // 2)
+    assert list(apart.transfer_end_s) == pytest.approx([on_a / channels * size * 8 / 200e9] * 4, rel=1e-6)
+    # the connections themselves: channel c of the pair on plane "AB"[c % 2], one QP each
+    conns = plan_connections(fab, EcmpPolicy(PathTable(fab)).entropy, {("h0", "h4")}, channels=channels,
+                             merge_nics=False)[("h0", "h4")]
+    assert [(c.channel, c.src.plane, c.dst.plane) for c in conns] == [(c, "AB"[c % 2], "AB"[c % 2])
+                                                                      for c in range(channels)]
+
+
+def test_merge_nics_off_reaches_the_replays_plan_and_the_resolved_run() -> None:
+    # the one connection table of both backends: with one channel and merge off, the emulated agents' every
+    # connection is on plane A (NIC 0), and the resolved run and the CLI say "merge_nics off"
+    from fabric.flowsim.connections import Connection
+    from fabriclab.cli import build_parser
+    from fabriclab.options import run_options
+    from fabriclab.study.spec import RunSpec, SimModel, WorkloadSpec, resolve
+    from tests.test_replay import DP16, coll, workload
+    from traffic.replay import ReplayOptions, plan_replay
+
+    plan = plan_replay(workload([coll(size=16_000_000, n=16)], n=16), DP16,
+                       ReplayOptions(channels=1, merge_nics=False, dilation=1000))
+    conns: list[Connection] = list(plan.connection_list())
+    assert len(conns) == 16 and {c.plane for c in conns} == {"A"}
+    args = build_parser().parse_args(["sim", "llm:gpt3-175b", "--merge-nics", "off", "--channels", "1"])
+    spec = RunSpec(WorkloadSpec.parse("llm:gpt3-175b"), run_options(args), SimModel())
+    resolved = resolve(spec, 1024, "dual-plane-1024-rail", "adaptive")
+    assert resolved.merge_nics == "off" and resolved.replay_options().merge_nics is False

@@ -2,8 +2,9 @@
 
 The one rule, for the simulator and the emulation replay alike (`traffic.replay.plan` plans its agents'
 connections with `plan_connection_table`): every host pair that exchanges data gets `channels` connections
-per plane both hosts are in (in the sender's NIC order); a transfer is split evenly over its pair's
-connections (`fabric.transfers.split_bytes`). Source ports:
+per plane both hosts are in (in the sender's NIC order; NCCL_IB_MERGE_NICS=1, a dual-port NIC's channels
+striped over its ports), or with `merge_nics` off `channels` in all, whole channels alternating over the
+planes; a transfer is split evenly over its pair's connections (`fabric.transfers.split_bytes`). Source ports:
 - `planned`: connection c of hosts (a, b) gets `fabric.routing.entropy.pair_sport` (the one rule
   both use): under default weights the channels of a pair take distinct equal-cost next hops,
   and the pairs of a host spread over all of them, as do a leaf's pairs at a constant distance
@@ -143,8 +144,10 @@ def pair_key(n_hosts: int, sender: IntArray | int, receiver: IntArray | int, lan
 
 
 def plan_connection_table(fabric: Fabric, entropy: EntropyPlan, pair_keys: IntArray, *, channels: int = 2,
-                          ports: str = "planned", seed: int = 0) -> ConnectionTable:
-    """The connections of the host pairs `pair_keys` (`pair_key`'s; duplicates dropped), by the module's rule."""
+                          ports: str = "planned", seed: int = 0, merge_nics: bool = True) -> ConnectionTable:
+    """The connections of the host pairs `pair_keys` (`pair_key`'s; duplicates dropped), by the module's rule;
+    `merge_nics` False: `channels` connections a pair in all, channel c on the c-th (mod their count) plane
+    both hosts are in (NCCL_IB_MERGE_NICS=0: each port its own NIC, whole channels alternating over them)."""
     if channels < 1:
         raise FlowSimError(f"channels must be >= 1, got {channels}")
     if ports not in PORT_RULES:
@@ -175,7 +178,15 @@ def plan_connection_table(fabric: Fabric, entropy: EntropyPlan, pair_keys: IntAr
         names = [h.name for h in fabric.hosts]
         raise FlowSimError(f"hosts {names[int(sender[none[0]])]} and {names[int(receiver[none[0]])]} share no plane")
     # connections in pair order, the sender's NICs in order, channels in order
-    if bool(ok.all()):  # the usual fabric: every pair shares every plane its sender is in
+    if not merge_nics:  # channel c on the pair's (c mod shared)-th shared NIC, in the sender's NIC order
+        shared = ok.sum(axis=1)
+        column = np.argsort(~ok, axis=1, kind="stable")  # each pair's shared NICs first, in order
+        channel = np.tile(np.arange(channels, dtype=np.int64), keys.size)
+        pick = column[np.repeat(np.arange(keys.size), channels), channel % np.repeat(shared, channels)]
+        src_nic = src[np.repeat(np.arange(keys.size), channels), pick]
+        dst_nic = dst[np.repeat(np.arange(keys.size), channels), pick]
+        counts = np.full(keys.size, channels, dtype=np.int64)
+    elif bool(ok.all()):  # the usual fabric: every pair shares every plane its sender is in
         src_nic, dst_nic = np.repeat(src.ravel(), channels), np.repeat(dst.ravel(), channels)
         channel = np.tile(np.arange(channels, dtype=np.int64), ok.size)
         counts = np.full(keys.size, ok.shape[1] * channels, dtype=np.int64)
@@ -193,7 +204,13 @@ def plan_connection_table(fabric: Fabric, entropy: EntropyPlan, pair_keys: IntAr
         # counting by index would put all of a leaf's flows to one peer leaf on the same few uplinks
         order = {name: i for i, name in enumerate(edge_order(fabric))}
         index = np.asarray([order[h.name] for h in fabric.hosts], dtype=np.int64)
-        sport = planned_sports(entropy, index[sender[which]], index[receiver[which]], channel, channels)
+        if merge_nics:
+            sport = planned_sports(entropy, index[sender[which]], index[receiver[which]], channel, channels)
+        else:  # a plane's channels of the pair counted among themselves: the rule spreads each plane's own
+            shared = ok.sum(axis=1)
+            per_plane = -(-channels // max(1, int(shared.min()) if shared.size else 1))
+            nth = channel // np.repeat(shared, channels)
+            sport = planned_sports(entropy, index[sender[which]], index[receiver[which]], nth, per_plane)
     else:
         sport = _hashed_sports(src_nic.size, channels, seed)
     return ConnectionTable(fabric, keys, pair_ptr, src_nic.astype(np.intp), dst_nic.astype(np.intp),
@@ -239,7 +256,8 @@ def sports_of_counts(entropy: EntropyPlan, count: IntArray) -> IntArray:
 def _hashed_sports(n_connections: int, channels: int, seed: int) -> IntArray:
     """Source ports drawn as the replay draws them: one `random.Random(seed)` in connection order, drawing
     again while (source NIC, port, destination NIC, lane) is taken. A NIC pair's `channels` connections
-    are consecutive and no other connection has its (source NIC, destination NIC, lane), so only a
+    are consecutive (with `merge_nics` off, a host pair's: checked together, a superset) and no other
+    connection has its (source NIC, destination NIC, lane), so only a
     connection's earlier siblings can take its port: the draws are checked a block of pairs at a time on
     arrays, and only a pair that drew a port twice is redrawn one by one (~1 in 14,000 for 2 channels)."""
     rng = random.Random(seed)
@@ -286,7 +304,7 @@ _HASHED_BLOCK = 1 << 16
 
 
 def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[Pair], *, channels: int = 2,
-                     ports: str = "planned", seed: int = 0) -> dict[Pair, tuple[Connection, ...]]:
+                     ports: str = "planned", seed: int = 0, merge_nics: bool = True) -> dict[Pair, tuple[Connection, ...]]:
     """(sender host, receiver host[, lane]) -> its connections, for every pair in `pairs`, keyed as
     given (module docstring; `plan_connection_table` as objects, for small sets)."""
     index = {h.name: i for i, h in enumerate(fabric.hosts)}
@@ -300,7 +318,7 @@ def plan_connections(fabric: Fabric, entropy: EntropyPlan, pairs: Iterable[Pair]
     n = len(fabric.hosts)
     key_of = {p: (p[2] if len(p) == 3 else 0) * n * n + index[p[0]] * n + index[p[1]] for p in given}
     table = plan_connection_table(fabric, entropy, np.asarray(sorted(key_of.values()), dtype=np.int64),
-                                  channels=channels, ports=ports, seed=seed)
+                                  channels=channels, ports=ports, seed=seed, merge_nics=merge_nics)
     at = {int(k): i for i, k in enumerate(table.pair_key.tolist())}
     return {p: tuple(table.connection(c) for c in range(int(table.pair_ptr[at[k]]), int(table.pair_ptr[at[k] + 1])))
             for p, k in key_of.items()}

@@ -160,7 +160,7 @@ class _Run:
         pair_keys = np.unique(np.concatenate([np.zeros(0, dtype=np.int64), *(t.pair_keys for t in self.templates)]))
         if connections is None:
             connections = plan_connection_table(fabric, policy.entropy, pair_keys, channels=opts.channels,
-                                                ports=opts.ports, seed=opts.seed)
+                                                ports=opts.ports, seed=opts.seed, merge_nics=opts.merge_nics)
         elif connections.fabric is not fabric or not bool(np.isin(pair_keys, connections.pair_key).all()):
             raise FlowSimError("the connections given were planned for other host pairs or another fabric")
         self.ct = connections

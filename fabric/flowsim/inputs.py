@@ -79,6 +79,7 @@ class SimProgress:
 @dataclass(frozen=True)
 class SimOptions:
     channels: int = 2  # connections per plane per host pair (as the replay's --channels)
+    merge_nics: bool = True  # False: `channels` per host pair in all, alternating over the planes (--merge-nics off)
     ports: str = "planned"  # source ports: "planned" or "hashed" (as the replay's --ports)
     seed: int = 0  # for hashed source ports
     per_transfer_s: float = 0.0  # fixed delay per transfer (e.g. software overhead), seconds

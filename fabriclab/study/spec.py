@@ -116,6 +116,7 @@ class RunOptions:
     launchless_kernels: str | None = None  # Kineto traces: "leave-out" (None: the reader's default) or "by-time"
     pxn: bool = True  # NCCL's PXN: a ring's server exit and an all-to-all's cross-rail piece through the peer rail's NIC
     nccl_algo: str = "auto"  # NCCL_ALGO: auto (its tuning model), ring, tree or pat (`traffic.nccl_choice`)
+    merge_nics: bool = True  # NCCL_IB_MERGE_NICS: a channel striped over a dual-port NIC's planes; False: alternating
 
     def replay_options(self, routing: str, **emulation: Any) -> Any:
         """`traffic.replay.ReplayOptions` for a run under `routing` (ports resolved: planned under adaptive routing,
@@ -126,7 +127,7 @@ class RunOptions:
                              channels=self.channels, repeat=self.repeat, compute_gap_us=self.compute_gap_us,
                              step_ops=self.step_ops, ports=default_ports(routing, self.ports), seed=self.seed,
                              launchless_kernels=self.launchless_kernels, pxn=self.pxn, nccl_algo=self.nccl_algo,
-                             **emulation)
+                             merge_nics=self.merge_nics, **emulation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,7 @@ class Resolved:
     nccl_algorithm: str = "as asked"  # "auto", "ring", "tree", "pat" with algorithm "nccl" (`traffic.nccl_choice`)
     channels_per_nic: str = "one ring per NIC where a group has several GPUs a server; --channels flows each"
     pxn: str = "on"
+    merge_nics: str = "on"  # NCCL_IB_MERGE_NICS: "on" a channel striped over the NIC's planes, "off" alternating
     sim_model: str = "exact"
     launchless_kernels: str | None = None  # Kineto traces: as asked (None: "leave-out", the reader's default)
     why: tuple[str, ...] = ()  # how each auto choice came out
@@ -227,7 +229,8 @@ class Resolved:
         return RunOptions(self.ranks, self.placement, self.algorithm, self.channels, self.ports, self.seed,
                           self.repeat, self.compute_gap_us, self.step_ops,
                           launchless_kernels=self.launchless_kernels,
-                          pxn=self.pxn != "off", nccl_algo=nccl_algo).replay_options(self.routing)
+                          pxn=self.pxn != "off", nccl_algo=nccl_algo,
+                          merge_nics=self.merge_nics != "off").replay_options(self.routing)
 
     def sim_options(self) -> Any:
         """The simulator's options of this run (`fabric.flowsim.SimOptions`)."""
@@ -282,7 +285,7 @@ def resolve(spec: RunSpec, gpus: int, topology: str, routing: str, extra: str = 
                     poll_ms=m.poll_ms, forwarding=m.forwarding, lockstep=lockstep, all_to_all=m.all_to_all,
                     all_to_all_exact_max_ranks=A2A_EXACT_MAX, nvlink_latency_us=m.nvlink_latency_us,
                     launchless_kernels=o.launchless_kernels,
-                    pxn="on" if o.pxn else "off",
+                    pxn="on" if o.pxn else "off", merge_nics="on" if o.merge_nics else "off",
                     nccl_algorithm=o.nccl_algo if algorithm == "nccl" else "as asked",
                     why=tuple(why))
 
@@ -298,7 +301,7 @@ def job_gpus(workload: Any, hosts: int, ranks: int | None) -> int:
 def format_spec(doc: dict[str, Any], title: str = "model") -> str:
     """A resolved run as the reports print it: one line of the choices, then why the auto ones came out so."""
     keys = ("gpus", "algorithm", "channels", "ports", "lockstep", "all_to_all", "resolution_us", "per_transfer_us",
-            "per_hop_us", "nvlink_latency_us", "poll_ms", "forwarding", "nccl_algorithm", "channels_per_nic", "pxn", "sim_model")
+            "per_hop_us", "nvlink_latency_us", "poll_ms", "forwarding", "nccl_algorithm", "channels_per_nic", "pxn", "merge_nics", "sim_model")
     line = ", ".join(f"{k} {doc[k]}" for k in keys if k in doc)
     return f"{title:<12} {line}" + (f"\n  auto       {'; '.join(doc['why'])}" if doc.get("why") else "")
 

@@ -52,7 +52,7 @@ class SweepRequest:
         """What the outputs say about the request (each row carries its resolved run too)."""
         asked = {k: v for k, v in self.options.items()
                  if not (k in ("step_ops", "launchless_kernels") and v is None or k == "ports" and v == "auto"
-                         or k == "pxn" and v is True)}
+                         or k in ("pxn", "merge_nics") and v is True)}
         return {"options": asked, "sim": dataclasses.asdict(self.sim.options(self.workload.llm)),
                 "lockstep": self.sim.lockstep, "all_to_all": self.sim.all_to_all}
 

@@ -104,6 +104,7 @@ class ReplayOptions:
     algorithm: str = "ring"
     nccl_algo: str = "auto"  # with algorithm "nccl": NCCL_ALGO's auto (its tuning model), ring, tree or pat
     channels: int = 2  # connections per plane per host pair
+    merge_nics: bool = True  # False: `channels` per host pair in all, whole channels alternating over the planes
     mbps_per_gbps: float | None = None  # emulated link scale; None: the fastest host NIC at NIC_EMU_MBPS
     dilation: float | None = None  # None: chosen (TARGET_TRANSFER_EMU_S)
     repeat: int = 1  # loop the trace's steps this many times
@@ -474,7 +475,8 @@ def plan_replay(workload: Workload, fabric: Fabric, options: ReplayOptions) -> R
     # (`fabric.flowsim.connections`), for both backends
     try:
         table = plan_connection_table(fabric, plan_entropy(PathTable(fabric)), np.concatenate(pair_keys),
-                                      channels=options.channels, ports=options.ports, seed=options.seed)
+                                      channels=options.channels, ports=options.ports, seed=options.seed,
+                                      merge_nics=options.merge_nics)
     except FlowSimError as exc:
         raise ReplayError(str(exc)) from None
 

@@ -119,8 +119,10 @@ def check_all_to_all(model: str) -> None:
 
 
 def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None, link_events: Sequence[LinkEvent] = (),
-                  all_to_all: str = "auto", progress: Callable[[RunProgress], None] | None = None) -> BackendRun:
-    """`plan` (`plan_for_simulation`'s) on the simulator under `routing`: its calls' times and measurements."""
+                  all_to_all: str = "auto", progress: Callable[[RunProgress], None] | None = None,
+                  links: bool = True) -> BackendRun:
+    """`plan` (`plan_for_simulation`'s) on the simulator under `routing`: its calls' times and measurements (`links`
+    False: no per-link series, for callers that need the times only)."""
     sim = sim or SimOptions()
     check_all_to_all(all_to_all)
     tell = progress or (lambda p: None)
@@ -129,7 +131,8 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
     if sim.nvlink_latency_s and abs(sim.nvlink_latency_s * 1e6 - plan.options.nvlink_latency_us) > 1e-9:
         raise ReplayError(f"NVLink latency {sim.nvlink_latency_s * 1e6:g} us to simulate a plan made with "
                           f"{plan.options.nvlink_latency_us:g} us (plan it with that ReplayOptions.nvlink_latency_us)")
-    sim = dataclasses.replace(sim, channels=plan.options.channels, ports=plan.options.ports, seed=plan.options.seed,
+    sim = dataclasses.replace(sim, channels=plan.options.channels, merge_nics=plan.options.merge_nics,
+                              ports=plan.options.ports, seed=plan.options.seed,
                               nvlink_latency_s=plan.options.nvlink_latency_us / 1e6,
                               transfer_times=False)  # the report needs the calls' times only
     policy = load_policy(routing)(PathTable(fabric))
@@ -183,7 +186,7 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
                           f"{call.id} ({call.collective.kind}, step {call.step}): no live path between its hosts "
                           "after the link events given")
     calls = tuple(CallTimes(c.id, float(res.job_start_s[c.id]), float(res.job_end_s[c.id])) for c in plan.calls)
-    interval, links = link_series(fabric, res)
+    interval, series = link_series(fabric, res) if links else (0.0, [])
     overheads = f"{sim.per_transfer_s * 1e6:g} us per transfer, {sim.per_hop_s * 1e6:g} us per hop"
     notes = (MODEL_NOTE.format(overheads=overheads, forwarding=(
                  "cut-through, as the emulation replay forwards: a transfer begins with what it depends on, a "
@@ -202,7 +205,7 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
                     "slot": m.slot, "old_port": m.old_port, "new_port": m.new_port, "decision_us": e.decision_us,
                     "at_emu_s": e.time_s} for e in policy.events() for m in e.moves)
     timings = RunTimings(calls, t0, time.monotonic(), wall0)
-    return BackendRun("flowsim", timings, interval, tuple(links), _fidelity(links, interval), faults, events, notes,
+    return BackendRun("flowsim", timings, interval, tuple(series), _fidelity(series, interval), faults, events, notes,
                       scaled=False, extra={"ecmp": ecmp})
 
 
