@@ -179,7 +179,8 @@ def _sweep_args(p: argparse.ArgumentParser, what: str) -> None:
     _run_args(p)
     _sim_args(p)
     p.add_argument("--jobs", type=int, help=f"{what} run at once (default: the number of cores; on a "
-                                            "--cluster, as many as its CPUs take)")
+                                            "--cluster, as many as its CPUs take; 1 without a cluster: one after "
+                                            "another in this process, no Ray)")
     add_cluster_argument(p)
     p.add_argument("--cache", default="results/compare/cache",
                    help="where rows are cached by content (default results/compare/cache, compare's and plan's)")

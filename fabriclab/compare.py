@@ -22,7 +22,7 @@ fabrics with collisions, tests/test_flowsim_phases.py); the exact DAG at 1024 GP
 The rows and their figures are `fabriclab.rows`'s; the outputs `fabriclab.compare_output`'s.
 
 Rows run as Ray tasks (`fabriclab.sweep`), on a local Ray instance of `jobs` CPUs or on a cluster
-(`cluster`), and each row is cached in `cache_dir` under a key of everything it depends on: the trace's
+(`cluster`); at `jobs` 1 without a cluster, one after another in this process (no Ray); and each row is cached in `cache_dir` under a key of everything it depends on: the trace's
 bytes, the template, routing, size, the options and the source code of `fabric` and `traffic`. A re-run
 with one size changed computes only that size. `plan_rows` gives the rows as tasks, `run_row` runs one in
 this process.
@@ -299,6 +299,8 @@ def _sweep(tasks: list[dict[str, Any]], fabrics: list[Any], todo: list[int], job
     workload read once and its fabric shipped with each row. Returns the failed rows (`sweep.Failure`)."""
     from fabriclab import sweep
 
+    if cluster is None and jobs == 1:
+        return _in_process(tasks, fabrics, todo, running, report, finished)
     cpus = max(1, min(jobs or os.cpu_count() or 1, len(todo)))
     with sweep.Session(cluster, cpus) as session:
         workloads: dict[tuple[str, Any, Any, Any], Any] = {}
@@ -330,3 +332,40 @@ def _sweep(tasks: list[dict[str, Any]], fabrics: list[Any], todo: list[int], job
                            on_done=finished, on_failed=lost)
 
 
+
+
+def _in_process(tasks: list[dict[str, Any]], fabrics: list[Any], todo: list[int], running: dict[int, RowProgress],
+                report: Callable[[], None], finished: Callable[[int, dict[str, Any]], None]) -> list[Any]:
+    """`--jobs 1` without a cluster: the rows one after another in this process, no Ray instance (its start-up and
+    ~1 GB saved); a row that raises is reported failed as a task's exception would be (`sweep.Failure`), and the
+    others go on. A row that kills the process (out of memory) ends the command here, where Ray would retry it."""
+    from fabriclab import sweep
+
+    where = sweep.Where(os.getpid(), "127.0.0.1", "in-process")
+    workloads: dict[tuple[str, Any, Any, Any], Any] = {}
+    failed = []
+    for i in todo:
+        t = tasks[i]
+        workload = None
+        if not WorkloadSpec.parse(t["trace"]).llm:
+            wkey = (t["trace"], t["opts"].get("compute_gap_us"), t["opts"].get("step_ops"),
+                    t["opts"].get("launchless_kernels"))
+            if wkey not in workloads:
+                workloads[wkey] = load_workload(t)
+            workload = workloads[wkey]
+
+        def told(doc: dict[str, Any], i: int = i) -> None:
+            running[i] = RowProgress(tasks[i]["row"], doc["stage"], doc["calls_done"], doc["calls"],
+                                     doc["bytes_share"], doc["sim_s"], doc["recorded_s"], doc["events"],
+                                     doc["wall_s"], where.pid, where.node, where.node_id)
+            report()
+
+        try:
+            row = _row_task(told, t, workload, fabrics[i])
+        except Exception as e:  # as a Ray task's exception: this row failed, the others run
+            running.pop(i, None)
+            report()
+            failed.append(sweep.Failure(i, "error", f"{type(e).__name__}: {e}"))
+            continue
+        finished(i, row)
+    return failed

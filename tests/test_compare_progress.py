@@ -82,11 +82,17 @@ class Exploding(RoutingPolicy):
         raise RuntimeError("exploded in the worker")
 
 
-def test_a_rows_error_is_reported_failed_and_the_others_finish(tmp_path: Path, capsys):
+@pytest.mark.parametrize("jobs", ["2", "1"])
+def test_a_rows_error_is_reported_failed_and_the_others_finish(tmp_path: Path, capsys, monkeypatch, jobs):
+    # on a local Ray instance (--jobs 2), and in this process (--jobs 1: no Ray session is ever opened)
+    from fabriclab import sweep
+
     out = tmp_path / "o"
     before = set(descendants(os.getpid()))
+    if jobs == "1":
+        monkeypatch.setattr(sweep, "Session", None)  # any use of Ray would fail the command
     assert main(["compare", "builtin", "--topology", "pyramid-16", "--routing", "ecmp", "--topology", "dual-plane-16",
-                 "--routing", "tests.test_compare_progress:Exploding", "--sizes", "8", "16", "--jobs", "2",
+                 "--routing", "tests.test_compare_progress:Exploding", "--sizes", "8", "16", "--jobs", jobs,
                  "--out", str(out), "--no-cache"]) == 1
     doc = json.loads((out / "compare.json").read_text())
     assert [r["fabric"] for r in doc["rows"]] == ["pyramid-8", "pyramid-16"]

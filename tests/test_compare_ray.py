@@ -189,7 +189,7 @@ def test_the_local_default_starts_a_ray_instance_and_ends_it(monkeypatch, refere
 
     ray_dirs = set(Path("/tmp").glob("fabriclab-ray-*"))
     series = BASE[:2]
-    rows = cmp.compare(TRACE, series, [8], progress=look, jobs=1)
+    rows = cmp.compare(TRACE, series, [8], progress=look, jobs=2)  # (--jobs 1 runs in this process, no Ray)
     assert [same(r) for r in rows] == [reference[t["row"]] for t in cmp.plan_rows(TRACE, series, [8])[0]]
     assert {"raylet", "gcs_server"} <= during  # the rows ran on a Ray instance this process started
     wait_until("the local Ray instance's processes gone", lambda: set(descendants(os.getpid())) <= before, 30)

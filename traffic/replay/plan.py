@@ -173,7 +173,7 @@ class Template:
     local_us: float | None = None
     proto: str = "Simple"  # NCCL's protocol (algorithm "nccl"): its bytes and latencies (`protocol_costs`)
 
-    @property
+    @cached_property
     def discarded(self) -> bool:
         """An empty collective NCCL discards (`traffic.collectives.discarded`): no transfer, no time."""
         return collectives.discarded(self.kind, self.size_bytes)
