@@ -36,16 +36,17 @@ TARGET_S = 60.0
 EXACT_US = 0.001
 
 
-def run_row(model: str, topology: str, routing: str, gpus: int, resolution_us: float | None) -> dict[str, Any]:
-    """One row in a `fabriclab compare` process of its own: its figures and what it cost."""
+def run_row(model: str, topology: str, routing: str, gpus: int, resolution_us: float | None,
+            root: Path = ROOT) -> dict[str, Any]:
+    """One row in a `fabriclab compare` process of its own (the checkout at `root`): its figures and what it cost."""
     with tempfile.TemporaryDirectory(prefix="fabriclab-rows-") as tmp:
         cmd = [sys.executable, "-m", "fabriclab.cli", "compare", "--model", model, "--topology", topology,
                "--routing", routing, "--sizes", str(gpus), "--jobs", "1", "--no-cache", "--out", tmp]
         if resolution_us is not None:
             cmd += ["--resolution-us", f"{resolution_us:g}"]
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                env=os.environ | {"PYTHONPATH": str(ROOT)})
+        proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                env=os.environ | {"PYTHONPATH": str(root)})
         sampler = proctree.TreeSampler(proc.pid, every_s=0.2)
         sampler.start()
         _, err = proc.communicate()

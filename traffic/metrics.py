@@ -37,6 +37,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from fabric.errors import FabriclabError
 from traffic.workload import KINDS, Interval, Step, merge_intervals, overlap_us
 
@@ -322,29 +324,26 @@ def exposed_by_stream(timeline: StepTimeline, streams: Sequence[str]) -> dict[st
     for stream, span in zip(streams, timeline.collectives):
         by_stream[stream] = by_stream.get(stream, ()) + (span,)
     merged = {k: merge_intervals(v) for k, v in by_stream.items()}
-    cuts = sorted({t for spans in merged.values() for span in spans for t in span}
-                  | {t for span in compute for t in span})
-    out = dict.fromkeys(merged, 0.0)
-    ci = 0
-    pos = dict.fromkeys(merged, 0)
-    for a, b in zip(cuts, cuts[1:]):
-        if b <= a:
-            continue
-        while ci < len(compute) and compute[ci][1] <= a:
-            ci += 1
-        if ci < len(compute) and compute[ci][0] <= a and b <= compute[ci][1]:
-            continue  # computing: nothing exposed
-        active = []
-        for k, spans in merged.items():
-            i = pos[k]
-            while i < len(spans) and spans[i][1] <= a:
-                i += 1
-            pos[k] = i
-            if i < len(spans) and spans[i][0] <= a and b <= spans[i][1]:
-                active.append(k)
-        for k in active:
-            out[k] += (b - a) / len(active)
-    return out
+    # the instants where anything begins or ends cut the step into pieces, each wholly inside or outside every
+    # merged interval: a piece is computing, or in a stream's collective, as its midpoint is
+    cuts = np.unique(np.fromiter((t for spans in [*merged.values(), compute] for span in spans for t in span),
+                                 dtype=np.float64))
+    a, b = cuts[:-1], cuts[1:]
+    mid = (a + b) / 2
+
+    def inside(spans: Sequence[Interval]) -> np.ndarray:
+        if not spans:
+            return np.zeros(mid.size, dtype=bool)
+        iv = np.asarray(spans, dtype=np.float64)
+        i = np.searchsorted(iv[:, 0], mid, side="right") - 1
+        return (i >= 0) & (mid < iv[np.maximum(i, 0), 1])
+
+    exposed = ~inside(compute)
+    active = {k: inside(spans) & exposed for k, spans in merged.items()}
+    count = np.sum([v for v in active.values()], axis=0) if active else np.zeros(mid.size)
+    share = (b - a) / np.maximum(count, 1)
+    # each stream's pieces added one by one in time order, as a loop over the pieces adds them
+    return {k: sum(share[v].tolist(), 0.0) for k, v in active.items()}
 
 
 def check_step_identity(times: StepTimes, tolerance_us: float = 1e-6) -> None:

@@ -1,6 +1,6 @@
 """The active flows and their rates: a flow is one part of a transfer, on one of its host pair's
 connections; the flows are parallel arrays (connection, transfer, bits left), and their rates the max-min
-fair shares of the links' goodput (`max_min_rates_on_paths`), recomputed only when the flows or the
+fair shares of the links' goodput (`rates_on_routed_paths`), recomputed only when the flows or the
 routing change (`dirty`) and memoised by the multiset of active connections and the routing's version:
 the steps of a ring, whose flows are alike, compute them once.
 """
@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fabric.flowsim.connections import sorted_unique
-from fabric.flowsim.maxmin import FloatArray, IntArray, max_min_rates_on_paths
+from fabric.flowsim.maxmin import FloatArray, IntArray, rates_on_routed_paths
 from fabric.flowsim.pool import TransferPool
 from fabric.flowsim.routes import ConnectionPaths
 
@@ -133,7 +133,7 @@ class Flows:
             routed = order[has_path]
             pos = np.flatnonzero(has_path)
             if routed.size:
-                sorted_rates[pos], load = max_min_rates_on_paths(conn_path[self.conn[routed]], self.goodput_bps)
+                sorted_rates[pos], load = rates_on_routed_paths(conn_path[self.conn[routed]], self.goodput_bps)
                 self.rate_updates += 1
                 used: IntArray = np.flatnonzero(load > 0).astype(np.intp)
                 used_bps: FloatArray = np.asarray(load[used], dtype=np.float64)

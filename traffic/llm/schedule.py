@@ -14,7 +14,7 @@ memory-bound and not scaled. Every step starts for all ranks when the slowest ra
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
 import numpy as np
@@ -376,6 +376,15 @@ def rank_traces(cfg: LLMConfig) -> tuple[tuple[RankTrace, ...], list[float]]:
     return tuple(RankTrace(r, tuple(s)) for r, s in enumerate(steps)), step_us
 
 
+def _with_group(c: Collective, group_ranks: tuple[int, ...]) -> Collective:
+    """`c` over `group_ranks`: `dataclasses.replace` without its generic machinery (a 1,024-GPU step makes 300k;
+    `Collective` has no `__post_init__` to run)."""
+    d = object.__new__(Collective)
+    d.__dict__.update(c.__dict__)
+    d.__dict__["group_ranks"] = group_ranks
+    return d
+
+
 def _expand(number: int, result: list[RankStep], tp: int, world: int) -> list[Step]:
     """Every rank's Step from the simulated ranks' (TP rank 0 of each group when tp > 1)."""
     out: list[Step] = []
@@ -395,7 +404,7 @@ def _expand(number: int, result: list[RankStep], tp: int, world: int) -> list[St
                     g = groups.get((c.group_ranks, j))
                     if g is None:
                         g = groups[(c.group_ranks, j)] = tuple(r + j for r in c.group_ranks)
-                    d = shifted[(id(c), j)] = replace(c, group_ranks=g)
+                    d = shifted[(id(c), j)] = _with_group(c, g)
                 mine.append(d)
             out.append(Step(number, end, compute, tuple(mine)))
     if len(out) != world:
