@@ -171,6 +171,8 @@ class StoreAndForward(Forwarding):
         groups = pool.by_job(g)
         ready = []
         for job, mine in groups:
+            if not self.lock[job] and not pool.template(job).succ.size:  # no edges (a send_recv): nothing follows
+                continue
             tpl, edge = pool.out_edges(job, mine)
             if self.lock[job]:
                 done, released = self.lockstep.delivered(job, tpl, mine - pool.base[job])

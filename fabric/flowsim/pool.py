@@ -119,7 +119,16 @@ class TransferPool:
         of = self.t_job[g]
         if of.size and of[0] == of[-1] and bool((of == of[0]).all()):  # the usual batch: one job
             return [(int(of[0]), g)]
-        return [(job, g[of == job]) for job in np.unique(of).tolist()]
+        # one stable sort, not a pass over the batch per job (a delivery of a step's pipeline sends has
+        # thousands of jobs): each job's transfers keep their order in `g`
+        order = np.argsort(of, kind="stable")
+        sorted_of = of[order]
+        cut = np.flatnonzero(sorted_of[1:] != sorted_of[:-1]) + 1
+        starts = np.concatenate(([0], cut)).tolist()
+        ends = np.concatenate((cut, [of.size])).tolist()
+        jobs = sorted_of[starts].tolist() if of.size else []
+        gs = g[order]
+        return [(job, gs[a:b]) for job, a, b in zip(jobs, starts, ends)]
 
     def out_edges(self, job: int, mine: IntArray) -> tuple[_Template, IntArray]:
         """`job`'s template and the indexes (into its `succ`) of the edges leaving transfers `mine`."""
