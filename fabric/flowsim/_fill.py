@@ -181,3 +181,85 @@ def fill_paths(paths: IntArray, cap: FloatArray, rel_tol: float) -> tuple[FloatA
     for i in range(m):
         load[crossing_link[i]] += rate[crossing_flow[i]]
     return rate, load
+
+
+@njit(cache=True)
+def _root(parent: IntArray, x: int) -> int:
+    while parent[x] != x:
+        parent[x] = parent[parent[x]]
+        x = parent[x]
+    return x
+
+
+@njit(cache=True)
+def touched_flows(paths: IntArray, n_links: int, dirty_links: IntArray) -> npt.NDArray[np.bool_]:
+    """Which flows (rows of `paths`, as `fill_paths`) share a connected component (flows joined by the links they
+    cross) with any of `dirty_links` (-1s ignored): the flows whose max-min rates may have changed when flows on
+    those links started or ended. The others' components are as they were, and so are their rates."""
+    parent = np.arange(n_links)
+    n_flows, width = paths.shape
+    for f in range(n_flows):
+        first = -1
+        for j in range(width):
+            lk = paths[f, j]
+            if lk < 0:
+                continue
+            r = _root(parent, lk)
+            if first < 0:
+                first = r
+            elif r != first:
+                parent[r] = first
+    mark = np.zeros(n_links, np.bool_)
+    for i in range(dirty_links.size):
+        lk = dirty_links[i]
+        if lk >= 0:
+            mark[_root(parent, lk)] = True
+    out = np.zeros(n_flows, np.bool_)
+    for f in range(n_flows):
+        for j in range(width):
+            lk = paths[f, j]
+            if lk >= 0:
+                out[f] = mark[_root(parent, lk)]
+                break
+    return out
+
+
+@njit(cache=True)
+def fill_paths_again(paths: IntArray, cap: FloatArray, rel_tol: float, dirty_links: IntArray,
+                     rates: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """`fill_paths` after a change: `rates` (each flow's, from the last solve) kept for the flows outside the
+    components of `dirty_links` (`touched_flows`), the others filled again (on the links' whole capacity: no
+    flow of another component crosses their links); returns (rates, each link's load)."""
+    again = touched_flows(paths, cap.size, dirty_links)
+    n = 0
+    for f in range(again.size):
+        if again[f]:
+            n += 1
+    out = rates.copy()
+    if n:
+        sub = np.empty((n, paths.shape[1]), np.int64)
+        k = 0
+        for f in range(again.size):
+            if again[f]:
+                sub[k] = paths[f]
+                k += 1
+        sub_rates, _ = fill_paths(sub, cap, rel_tol)
+        k = 0
+        for f in range(again.size):
+            if again[f]:
+                out[f] = sub_rates[k]
+                k += 1
+    load = np.zeros(cap.size)
+    for f in range(paths.shape[0]):
+        for j in range(paths.shape[1]):
+            lk = paths[f, j]
+            if lk < 0:
+                continue
+            seen = False
+            for i in range(j):
+                if paths[f, i] == lk:
+                    seen = True
+                    break
+            if not seen:
+                load[lk] += out[f]
+    return out, load

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fabric.flowsim.connections import sorted_unique
-from fabric.flowsim.maxmin import FloatArray, IntArray, rates_on_routed_paths
+from fabric.flowsim.maxmin import FloatArray, IntArray, rates_on_routed_paths, rates_on_routed_paths_again
 from fabric.flowsim.pool import TransferPool
 from fabric.flowsim.routes import ConnectionPaths
 
@@ -33,6 +33,10 @@ class Flows:
         self.conn = np.zeros(0, dtype=np.intp)
         self.transfer = np.zeros(0, dtype=np.intp)
         self.left_bits = np.zeros(0)
+        # since the last solve: the connections of flows started or ended (their links' components are re-solved,
+        # the others keep their rates), and the routing version it solved; None: solve everything next time
+        self.changed: list[IntArray] = []
+        self.solved_version: int | None = None
         self.rates = np.zeros(0)
         self.load = (np.zeros(0, dtype=np.intp), np.zeros(0))  # (links, rates) of the current allocation
         self.dirty = True
@@ -85,10 +89,14 @@ class Flows:
         if keep.any():
             if not self.conn.size and keep.all():  # the usual case after a ring's step
                 self.conn, self.transfer, self.left_bits = conn, part_t, part_bytes * 8.0
+                self.rates = np.zeros(conn.size)
+                self.changed.append(conn)
             else:
                 self.conn = np.concatenate([self.conn, conn[keep]])
                 self.transfer = np.concatenate([self.transfer, part_t[keep]])
                 self.left_bits = np.concatenate([self.left_bits, part_bytes[keep] * 8.0])
+                self.rates = np.concatenate([self.rates, np.zeros(int(keep.sum()))])  # set by `update_rates`
+                self.changed.append(conn[keep])
             self.dirty = True
             if self.on_start is not None:
                 self.on_start()
@@ -102,6 +110,7 @@ class Flows:
         np.subtract.at(parts_left, ended, 1)
         t = sorted_unique(ended)
         drained = t[parts_left[t] == 0]
+        self.changed.append(self.conn[done])
         if done.size == self.conn.size:  # every flow ended (a ring's step)
             self.conn, self.transfer = self.conn[:0], self.transfer[:0]
             self.left_bits, self.rates = self.left_bits[:0], self.rates[:0]
@@ -117,29 +126,25 @@ class Flows:
         """The routing changed: every connection's path is stale, the active flows' walked again."""
         self.paths.invalidate()
         self.paths.route(self.conn)
+        self.solved_version = None
         self.dirty = True
 
     def update_rates(self) -> None:
         """The max-min rates of the active flows on their paths (a flow without a path: 0)."""
-        conn_path, conn_hops = self.paths.conn_path, self.paths.conn_hops
         order = np.argsort(self.conn, kind="stable")
         key = (self.paths.version, self.conn[order].tobytes())
         found = self.memo.get(key)
         if found is not None:
             hit = found
         else:
-            sorted_rates: FloatArray = np.zeros(len(order))
-            has_path = conn_hops[self.conn[order]] > 0
-            routed = order[has_path]
-            pos = np.flatnonzero(has_path)
-            if routed.size:
-                sorted_rates[pos], load = rates_on_routed_paths(conn_path[self.conn[routed]], self.goodput_bps)
+            rates, load = self._solve()
+            if load is not None:
                 self.rate_updates += 1
                 used: IntArray = np.flatnonzero(load > 0).astype(np.intp)
                 used_bps: FloatArray = np.asarray(load[used], dtype=np.float64)
-                hit = (sorted_rates, used, used_bps)
+                hit = (rates[order], used, used_bps)
             else:
-                hit = (sorted_rates, np.zeros(0, dtype=np.intp), np.zeros(0))
+                hit = (rates[order], np.zeros(0, dtype=np.intp), np.zeros(0))
             if self.memo_flows + len(order) > RATE_MEMO_FLOWS:
                 self.memo.clear()
                 self.memo_flows = 0
@@ -149,3 +154,26 @@ class Flows:
         self.rates[order] = hit[0]
         self.load = (hit[1], hit[2])
         self.dirty = False
+        self.changed.clear()
+        self.solved_version = self.paths.version
+
+    def _solve(self) -> tuple[FloatArray, FloatArray | None]:
+        """Each active flow's max-min rate (in flow order; 0 without a path) and the links' loads (None: no flow
+        has a path). Max-min fairness splits over the connected components of flows and the links they cross, so
+        after a solve only the components holding a link of a flow started or ended since are filled again
+        (`maxmin.rates_on_routed_paths_again`): the others' flows keep their rates. A routing change solves
+        everything. (The rates agree with a whole solve to the filling's tolerance: a link tying another's level
+        within it freezes with it, `maxmin.REL_TOL`.)"""
+        conn_path, conn_hops = self.paths.conn_path, self.paths.conn_hops
+        routed = np.flatnonzero(conn_hops[self.conn] > 0)
+        rates = np.zeros(self.conn.size)
+        if not routed.size:
+            return rates, None
+        paths = conn_path[self.conn[routed]]
+        if self.solved_version != self.paths.version or self.rates.size != self.conn.size:
+            rates[routed], load = rates_on_routed_paths(paths, self.goodput_bps)
+        else:
+            changed = np.concatenate(self.changed) if self.changed else np.zeros(0, dtype=np.intp)
+            rates[routed], load = rates_on_routed_paths_again(paths, self.goodput_bps, conn_path[changed].ravel(),
+                                                              self.rates[routed])
+        return rates, load

@@ -121,6 +121,15 @@ def rates_on_routed_paths(paths: IntArray, capacity_bps: FloatArray) -> tuple[Fl
     return rate, load
 
 
+def rates_on_routed_paths_again(paths: IntArray, capacity_bps: FloatArray, dirty_links: IntArray,
+                                rates: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """`rates_on_routed_paths` after flows on `dirty_links` started or ended: `rates` (the last solve's, per row of
+    `paths`) kept outside their connected components, the rest filled again (`_fill.fill_paths_again`)."""
+    rate, load = _compiled().fill_paths_again(paths, capacity_bps, REL_TOL, np.asarray(dirty_links, dtype=np.int64),
+                                              np.asarray(rates, dtype=np.float64))
+    return rate, load
+
+
 def max_min_rates_vectorised(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray,
                              capacity_bps: FloatArray) -> FloatArray:
     """The same rates as `max_min_rates`, by progressive filling vectorised with numpy, every link
