@@ -93,22 +93,29 @@ def one(topology: str, hosts: int, algorithm: str, size_bytes: int, ratio_sample
     build_s = time.perf_counter() - t1
 
     samples: list[tuple[int, Any, Any, Any]] = []
-    real = flows.max_min_rates_on_paths
+    real, again = flows.rates_on_routed_paths, flows.rates_on_routed_paths_again
 
-    def recording(paths, cap):  # keep the first inputs for the speed ratio (not timed in the step)
+    def keep(paths: Any, cap: Any) -> None:  # the first inputs, for the speed ratio (not timed in the step)
         if len(samples) < ratio_samples:
             flow, link = np.nonzero(paths >= 0)
             samples.append((paths.shape[0], flow.astype(np.intp), paths[flow, link].astype(np.intp), cap))
+
+    def recording(paths: Any, cap: Any) -> Any:  # a whole solve
+        keep(paths, cap)
         return real(paths, cap)
 
-    flows.max_min_rates_on_paths = recording
+    def recording_again(paths: Any, cap: Any, dirty: Any, rates: Any) -> Any:  # the touched components only
+        keep(paths, cap)
+        return again(paths, cap, dirty, rates)
+
+    flows.rates_on_routed_paths, flows.rates_on_routed_paths_again = recording, recording_again
     try:
         t1 = time.perf_counter()
         res = simulate(fab, policy, [Job(dag, placement)],
                        options=SimOptions(ports=ports, lockstep=lockstep, transfer_times=False))
         step_s = time.perf_counter() - t1
     finally:
-        flows.max_min_rates_on_paths = real
+        flows.rates_on_routed_paths, flows.rates_on_routed_paths_again = real, again
     fast_s = vec_s = ref_s = 0.0
     worst = 0.0
     vec_wins = 0

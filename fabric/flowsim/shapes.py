@@ -195,7 +195,7 @@ def job_templates(fabric: Fabric, jobs: list[Job]) -> tuple[list[_Template], lis
               if fabric.gpus_per_server > 1 else None)
     templates: list[_Template] = []
     shapes: dict[tuple[int, Placement], _Shape] = {}
-    by_key: dict[tuple[int, Placement, int], int] = {}
+    by_key: dict[tuple[int, int, int], int] = {}
     job_tpl: list[int] = []
     offsets: list[int] = []
     n = 0
@@ -205,7 +205,8 @@ def job_templates(fabric: Fabric, jobs: list[Job]) -> tuple[list[_Template], lis
         if not (j.hold_s >= 0 and math.isfinite(j.hold_s)) or (j.hold_s > 0 and len(j.dag)):
             raise FlowSimError(f"job {j.dag.label or k}: hold_s must be finite and >= 0, and only for a job "
                                f"without transfers, got {j.hold_s} with {len(j.dag)} transfers")
-        key = (id(j.dag), j.placement, j.lane)
+        key = (id(j.dag), id(j.placement), j.lane)  # (a placement by identity: hashing its host tuple per job cost
+        # 1.2 s for 217k jobs of one placement; equal placements that are distinct objects only share less)
         if key not in by_key:
             by_key[key] = len(templates)
             templates.append(_Template.of(j, fabric, host_index, shapes, server))

@@ -185,7 +185,8 @@ def simulate_plan(plan: ReplayPlan, routing: str, sim: SimOptions | None = None,
         raise ReplayError(f"the simulation stalled: {len(res.stalled)} transfer(s) never delivered, first in call "
                           f"{call.id} ({call.collective.kind}, step {call.step}): no live path between its hosts "
                           "after the link events given")
-    calls = tuple(CallTimes(c.id, float(res.job_start_s[c.id]), float(res.job_end_s[c.id])) for c in plan.calls)
+    begun, done = res.job_start_s.tolist(), res.job_end_s.tolist()  # (Python floats, not 2 x 217k numpy scalars)
+    calls = tuple(CallTimes(c.id, begun[c.id], done[c.id]) for c in plan.calls)
     interval, series = link_series(fabric, res) if links else (0.0, [])
     overheads = f"{sim.per_transfer_s * 1e6:g} us per transfer, {sim.per_hop_s * 1e6:g} us per hop"
     notes = (MODEL_NOTE.format(overheads=overheads, forwarding=(
