@@ -150,6 +150,18 @@ def fill(n_flows: int, crossing_flow: IntArray, crossing_link: IntArray, cap: Fl
 
 
 @njit(cache=True)
+def _crosses(paths: IntArray, f: int, j: int) -> bool:
+    """Whether row f's j-th entry is a link it crosses, counted once (not -1, not a repeat of an earlier one)."""
+    lk = paths[f, j]
+    if lk < 0:
+        return False
+    for i in range(j):
+        if paths[f, i] == lk:
+            return False
+    return True
+
+
+@njit(cache=True)
 def fill_paths(paths: IntArray, cap: FloatArray, rel_tol: float) -> tuple[FloatArray, FloatArray]:
     """`fill` for flows given as the rows of `paths` (each row a flow's links, then -1s; a link
     repeated in a row counts once); also returns each link's load (the sum of its flows' rates)."""
@@ -164,17 +176,9 @@ def fill_paths(paths: IntArray, cap: FloatArray, rel_tol: float) -> tuple[FloatA
     m = 0
     for f in range(n_flows):
         for j in range(width):
-            lk = paths[f, j]
-            if lk < 0:
-                continue
-            seen = False
-            for i in range(j):
-                if paths[f, i] == lk:
-                    seen = True
-                    break
-            if not seen:
+            if _crosses(paths, f, j):
                 crossing_flow[m] = f
-                crossing_link[m] = lk
+                crossing_link[m] = paths[f, j]
                 m += 1
     rate = fill(n_flows, crossing_flow[:m], crossing_link[:m], cap, rel_tol)
     load = np.zeros(cap.size)
@@ -252,14 +256,6 @@ def fill_paths_again(paths: IntArray, cap: FloatArray, rel_tol: float, dirty_lin
     load = np.zeros(cap.size)
     for f in range(paths.shape[0]):
         for j in range(paths.shape[1]):
-            lk = paths[f, j]
-            if lk < 0:
-                continue
-            seen = False
-            for i in range(j):
-                if paths[f, i] == lk:
-                    seen = True
-                    break
-            if not seen:
-                load[lk] += out[f]
+            if _crosses(paths, f, j):
+                load[paths[f, j]] += out[f]
     return out, load
