@@ -38,7 +38,7 @@ def test_a_chosen_ring_slower_than_the_tree_is_named_with_both_times():
                     ReplayOptions(algorithm="nccl", ports="planned"), SimOptions())
     assert res.collectives[0].algorithm == "ring"
     note = next(n for n in res.meta.notes if n.startswith("NCCL's choice checked alone"))
-    m = re.search(r"all_reduce 4 GiB over 16 GPUs \(2 servers\): NCCL's ring/Simple ([\d.]+) us, tree/Simple ([\d.]+) us",
+    m = re.search(r"all_reduce 4\.00 GiB over 16 GPUs \(2 servers\): NCCL's ring/Simple ([\d.]+) us, tree/Simple ([\d.]+) us",
                   note)
     assert m, note
     assert float(m.group(1)) * 1e-6 == pytest.approx(ring_s, rel=0.01)

@@ -11,13 +11,13 @@ Checks are bounded (`BUDGET_TRANSFERS`): shapes past it are named as not checked
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Sequence
 
 from fabric.flowsim import SimOptions
 from fabric.model import Fabric
-from traffic.nccl_choice import TUNED_KINDS, nccl_choice
-from traffic.replay.plan import ReplayOptions, ReplayPlan, Template
+from traffic.formatting import format_bytes
+from traffic.nccl_choice import TUNED_KINDS
+from traffic.replay.plan import ReplayOptions, ReplayPlan, Template, group_choice
 from traffic.workload import Collective, RankTrace, Step, Workload
 
 #: the chosen algorithm is called out when it simulates more than this much later than another
@@ -72,13 +72,10 @@ def choice_check_note(plan: ReplayPlan, routing: str, sim: SimOptions) -> str | 
         return None
     slower: list[str] = []
     skipped: list[str] = []
-    checked, spent, t0 = 0, 0, time.monotonic()
+    checked = spent = 0
     for (kind, size, shape), t in sorted(shapes.items(), key=lambda kv: (kv[1].transfer_count, str(kv[0]))):
-        label = f"{kind} {_size(size)} over {shape[0]} GPUs ({shape[1]} servers)"
-        n, nodes = shape[0], shape[1]
-        nic_gbps = min(sum(p.rate_gbps for p in plan.fabric.nics_of[plan.placement.host(r)]) for r in t.ranks)
-        algos = {nccl_choice(kind, size, n, nodes, nic_gbps, plan.fabric.nvlink_gbps, o.channels, a).algo
-                 for a in FORCED}
+        label = f"{kind} {format_bytes(size)} over {shape[0]} GPUs ({shape[1]} servers)"
+        algos = {group_choice(kind, size, t.ranks, plan.placement, plan.fabric, o.channels, a).algo for a in FORCED}
         if len(algos) < 2:
             continue
         cost = t.transfer_count * len(algos)
@@ -101,14 +98,8 @@ def choice_check_note(plan: ReplayPlan, routing: str, sim: SimOptions) -> str | 
     if not checked and not skipped:
         return None
     head = (f"NCCL's choice checked alone on the fabric (each algorithm it could run, every link up): {checked} "
-            f"collective shape(s) in {time.monotonic() - t0:.1f} s")
+            "collective shape(s)")
     body = ("; chosen > 10% slower than another: " + "; ".join(slower)) if slower else ", each within 10% of the best"
     tail = (f"; not checked (over {BUDGET_TRANSFERS:,} transfers): " + ", ".join(skipped)) if skipped else ""
     return head + body + tail
 
-
-def _size(n: int) -> str:
-    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= div:
-            return f"{n / div:.4g} {unit}"
-    return f"{n} B"

@@ -59,7 +59,7 @@ from fabric.model import Fabric
 from fabric.routing import PathTable, plan_entropy
 from fabric.transfers import Placement, TransferColumns, TransferError
 from traffic import collectives
-from traffic.nccl_choice import NCCL_ALGOS, TUNED_KINDS, nccl_choice
+from traffic.nccl_choice import NCCL_ALGOS, TUNED_KINDS, NcclChoice, nccl_choice
 from traffic.nccl_tuning import HW_LAT, PROTOCOLS
 from traffic.placement import check_job_fits, check_placement, groups_by, resolve_placement
 from traffic.workload import LAUNCHLESS_KERNELS, Collective, Workload
@@ -535,11 +535,7 @@ def _algorithm_of(c: Collective, options: ReplayOptions, groups: Sequence[Sequen
     bytes over the protocol's bandwidth factor (`protocol_costs`); else the algorithm asked (all-reduce) or the
     kind's own, Simple."""
     if options.algorithm == "nccl" and c.kind in TUNED_KINDS:
-        hosts = [placement.host(r) for r in c.group_ranks]
-        nodes = len({fabric.server_of(h) for h in hosts})
-        nic_gbps = min(sum(n.rate_gbps for n in fabric.nics_of[h]) for h in hosts)
-        ch = nccl_choice(c.kind, c.size_bytes, len(hosts), nodes, nic_gbps, fabric.nvlink_gbps, options.channels,
-                         options.nccl_algo)
+        ch = group_choice(c.kind, c.size_bytes, c.group_ranks, placement, fabric, options.channels, options.nccl_algo)
         chosen[(c.kind, ch.algo, ch.proto, ch.why)] = chosen.get((c.kind, ch.algo, ch.proto, ch.why), 0) + 1
         return ch.algo, ch.proto, int(math.ceil(c.size_bytes / protocol_costs(ch.algo, ch.proto)[0]))
     algorithm = options.algorithm if c.kind == "all_reduce" and options.algorithm != "nccl" else "auto"
@@ -547,6 +543,16 @@ def _algorithm_of(c: Collective, options: ReplayOptions, groups: Sequence[Sequen
         algorithm = "ring"
     algo = collectives.resolve_algorithm(c.kind, algorithm, groups if c.kind == "all_reduce" else None)
     return algo, "Simple", c.size_bytes
+
+
+def group_choice(kind: str, size_bytes: int, ranks: Sequence[int], placement: Placement, fabric: Fabric,
+                 channels_per_nic: int, asked: str) -> NcclChoice:
+    """NCCL's choice (`traffic.nccl_choice.nccl_choice`) for a collective over `ranks` placed on `fabric`: its
+    ranks, the servers they take, and the slowest host's NIC bandwidth (all its ports)."""
+    hosts = [placement.host(r) for r in ranks]
+    nodes = len({fabric.server_of(h) for h in hosts})
+    nic_gbps = min(sum(n.rate_gbps for n in fabric.nics_of[h]) for h in hosts)
+    return nccl_choice(kind, size_bytes, len(hosts), nodes, nic_gbps, fabric.nvlink_gbps, channels_per_nic, asked)
 
 
 def protocol_costs(algo: str, proto: str) -> tuple[float, float, float]:
